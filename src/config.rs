@@ -1,0 +1,161 @@
+//! Engine settings: the builder and the environment variables behind it.
+//!
+//! | variable | builder method | default |
+//! |---|---|---|
+//! | `DEPENGINE_ENGINE_TYPE` | [`EngineBuilder::kind`] | `pooled` |
+//! | `DEPENGINE_CPU_WORKERS` | [`EngineBuilder::cpu_workers`] | cores this process may use |
+//! | `DEPENGINE_COPY_WORKERS` | [`EngineBuilder::copy_workers`] | 1 |
+//! | `DEPENGINE_SPIN_US` | [`EngineBuilder::spin`] | 50 µs |
+//! | `DEPENGINE_CANCEL_ON_DROP` | [`EngineBuilder::cancel_on_drop`] | `0` |
+
+use crate::engine::Engine;
+use crate::error::EngineError;
+use std::time::Duration;
+
+/// Which engine to build (SPEC §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EngineKind {
+    /// Runs each operation on the thread that made it ready (inside the push
+    /// when its dependencies are met): for debugging, and the reference.
+    Naive,
+    /// One shared pool of workers with one ready queue, plus a copy pool.
+    Pooled,
+}
+
+impl EngineKind {
+    /// The name used by `DEPENGINE_ENGINE_TYPE`.
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Naive => "naive",
+            EngineKind::Pooled => "pooled",
+        }
+    }
+
+    /// Parses a `DEPENGINE_ENGINE_TYPE` value.
+    pub fn parse(s: &str) -> Result<Self, EngineError> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "naive" => Ok(EngineKind::Naive),
+            "pooled" => Ok(EngineKind::Pooled),
+            "per_device" => Err(EngineError::Config(
+                "DEPENGINE_ENGINE_TYPE=per_device: the per_device engine is not built yet; use pooled".into(),
+            )),
+            other => Err(EngineError::Config(format!("DEPENGINE_ENGINE_TYPE={other:?}: expected naive or pooled"))),
+        }
+    }
+
+    /// Every engine this build provides.
+    pub const ALL: [EngineKind; 2] = [EngineKind::Naive, EngineKind::Pooled];
+}
+
+/// Builds an [`Engine`]; every setting also has an environment variable
+/// (see the module table), read by [`EngineBuilder::from_env`].
+///
+/// ```
+/// use depengine::{Engine, EngineKind};
+/// let engine = Engine::builder().kind(EngineKind::Pooled).cpu_workers(2).build().unwrap();
+/// assert_eq!(engine.cpu_workers(), 2);
+/// ```
+#[derive(Debug, Clone)]
+pub struct EngineBuilder {
+    pub(crate) kind: EngineKind,
+    pub(crate) cpu_workers: Option<usize>,
+    pub(crate) copy_workers: usize,
+    pub(crate) spin: Duration,
+    pub(crate) cancel_on_drop: bool,
+}
+
+impl Default for EngineBuilder {
+    fn default() -> Self {
+        EngineBuilder {
+            kind: EngineKind::Pooled,
+            cpu_workers: None,
+            copy_workers: 1,
+            spin: Duration::from_micros(50),
+            cancel_on_drop: false,
+        }
+    }
+}
+
+fn env_parse<T: std::str::FromStr>(name: &str) -> Result<Option<T>, EngineError> {
+    match std::env::var(name) {
+        Ok(v) => {
+            v.trim().parse().map(Some).map_err(|_| EngineError::Config(format!("{name}={v:?} is not a valid value")))
+        }
+        Err(_) => Ok(None),
+    }
+}
+
+impl EngineBuilder {
+    /// The defaults (see the module table).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The defaults overridden by every `DEPENGINE_*` variable that is set.
+    pub fn from_env() -> Result<Self, EngineError> {
+        let mut b = Self::default();
+        if let Ok(kind) = std::env::var("DEPENGINE_ENGINE_TYPE") {
+            b.kind = EngineKind::parse(&kind)?;
+        }
+        if let Some(n) = env_parse("DEPENGINE_CPU_WORKERS")? {
+            b.cpu_workers = Some(n);
+        }
+        if let Some(n) = env_parse("DEPENGINE_COPY_WORKERS")? {
+            b.copy_workers = n;
+        }
+        if let Some(us) = env_parse::<u64>("DEPENGINE_SPIN_US")? {
+            b.spin = Duration::from_micros(us);
+        }
+        if let Some(c) = env_parse::<u8>("DEPENGINE_CANCEL_ON_DROP")? {
+            b.cancel_on_drop = c != 0;
+        }
+        Ok(b)
+    }
+
+    /// Which engine.
+    pub fn kind(mut self, kind: EngineKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// CPU workers (pooled); at least 1.
+    pub fn cpu_workers(mut self, n: usize) -> Self {
+        self.cpu_workers = Some(n);
+        self
+    }
+
+    /// Copy workers (pooled); at least 1.
+    pub fn copy_workers(mut self, n: usize) -> Self {
+        self.copy_workers = n;
+        self
+    }
+
+    /// How long an idle worker spins before it parks.
+    pub fn spin(mut self, spin: Duration) -> Self {
+        self.spin = spin;
+        self
+    }
+
+    /// Whether dropping the engine cancels queued work (bodies not yet
+    /// started are skipped with a "cancelled" failure) instead of running it.
+    pub fn cancel_on_drop(mut self, cancel: bool) -> Self {
+        self.cancel_on_drop = cancel;
+        self
+    }
+
+    /// The CPU worker count this builder resolves to.
+    pub(crate) fn resolved_cpu_workers(&self) -> usize {
+        self.cpu_workers.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+    }
+
+    /// Starts the engine.
+    pub fn build(self) -> Result<Engine, EngineError> {
+        if self.resolved_cpu_workers() == 0 {
+            return Err(EngineError::Config("cpu_workers must be at least 1".into()));
+        }
+        if self.copy_workers == 0 {
+            return Err(EngineError::Config("copy_workers must be at least 1".into()));
+        }
+        Ok(Engine::start(self))
+    }
+}

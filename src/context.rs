@@ -1,0 +1,157 @@
+//! What a push says about an operation besides its variables: where it runs
+//! ([`Context`]), what kind it is ([`FnProperty`]), its priority and name
+//! ([`PushOpts`]); and what the body sees when it runs ([`RunContext`]).
+
+/// An execution context: a device kind and its id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Context {
+    /// A CPU context; the id selects a NUMA node on engines that have them
+    /// ([`Context::ANY_NODE`] for no preference).
+    Cpu(u32),
+    /// GPU `id` (needs the `cuda` feature and the device).
+    Gpu(u32),
+}
+
+impl Context {
+    /// A CPU id meaning "any NUMA node".
+    pub const ANY_NODE: u32 = u32::MAX;
+
+    /// The default CPU context.
+    pub const fn cpu() -> Self {
+        Context::Cpu(Self::ANY_NODE)
+    }
+
+    /// Whether this is a GPU context.
+    pub const fn is_gpu(self) -> bool {
+        matches!(self, Context::Gpu(_))
+    }
+}
+
+impl Default for Context {
+    fn default() -> Self {
+        Context::cpu()
+    }
+}
+
+/// The kind of an operation (MXNet's `FnProperty`); engines route by it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[repr(u8)]
+pub enum FnProperty {
+    /// Ordinary computation.
+    #[default]
+    Normal,
+    /// A copy from host to GPU (the copy pool / ring).
+    CopyToGpu,
+    /// A copy from GPU to host (the copy pool / ring).
+    CopyFromGpu,
+    /// CPU work served before normal work.
+    CpuPrioritized,
+    /// GPU work on the priority ring.
+    GpuPrioritized,
+    /// Asynchronous work: the body only starts it (may run inline on the
+    /// pushing thread where the engine supports it).
+    Async,
+    /// The deletion of a variable (pushed by `delete_var`).
+    DeleteVar,
+}
+
+impl FnProperty {
+    /// Whether the copy pool serves this property.
+    pub const fn is_copy(self) -> bool {
+        matches!(self, FnProperty::CopyToGpu | FnProperty::CopyFromGpu)
+    }
+}
+
+/// Everything a push takes besides the body and the variables.
+///
+/// ```
+/// use depengine::{Context, FnProperty, PushOpts};
+/// let opts = PushOpts::new().name("matmul").priority(2).prop(FnProperty::CpuPrioritized);
+/// assert_eq!(opts.ctx, Context::cpu());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PushOpts {
+    /// Where the operation runs.
+    pub ctx: Context,
+    /// Its kind.
+    pub prop: FnProperty,
+    /// Higher runs first among ready operations of the same queue.
+    pub priority: i32,
+    /// For errors and the profiler.
+    pub name: &'static str,
+    /// Run the body even when a variable it reads holds a failure
+    /// (MXNet's `kNoSkip`), e.g. for clean-up.
+    pub no_skip: bool,
+}
+
+impl PushOpts {
+    /// CPU, `Normal`, priority 0, unnamed.
+    pub const fn new() -> Self {
+        PushOpts { ctx: Context::cpu(), prop: FnProperty::Normal, priority: 0, name: "<unnamed>", no_skip: false }
+    }
+    /// Sets the context.
+    pub const fn ctx(mut self, ctx: Context) -> Self {
+        self.ctx = ctx;
+        self
+    }
+    /// Sets the property.
+    pub const fn prop(mut self, prop: FnProperty) -> Self {
+        self.prop = prop;
+        self
+    }
+    /// Sets the priority.
+    pub const fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+    /// Sets the name.
+    pub const fn name(mut self, name: &'static str) -> Self {
+        self.name = name;
+        self
+    }
+    /// Runs the body even when its inputs failed.
+    pub const fn no_skip(mut self) -> Self {
+        self.no_skip = true;
+        self
+    }
+}
+
+impl Default for PushOpts {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What a running body can see about its own execution.
+#[derive(Debug)]
+pub struct RunContext {
+    pub(crate) ctx: Context,
+    pub(crate) worker: Option<usize>,
+    pub(crate) ticket: u64,
+    pub(crate) priority: i32,
+}
+
+impl RunContext {
+    /// The context the operation was pushed with.
+    pub fn ctx(&self) -> Context {
+        self.ctx
+    }
+
+    /// The engine worker running the body, `None` for a thread outside the
+    /// engine's pools (inline runs, the naive engine).
+    pub fn worker(&self) -> Option<usize> {
+        self.worker
+    }
+
+    /// The operation's position in the engine's linearization of all pushes
+    /// (0, 1, 2, …). Conflicting operations run in ticket order, so a test
+    /// can replay a concurrent run sequentially by sorting on it.
+    pub fn ticket(&self) -> u64 {
+        self.ticket
+    }
+
+    /// The priority the operation was pushed with.
+    pub fn priority(&self) -> i32 {
+        self.priority
+    }
+}

@@ -1,0 +1,332 @@
+//! The engine core: the pools, the dispatcher and the executor, and the
+//! first half of an operation's life — push, dispatch, grant, schedule.
+//! (`run.rs` has the second half: run and complete.)
+//!
+//! ```text
+//! push ─► validate vars, fill pooled OprBlock ─► Dispatcher::submit
+//!        ─► dispatch: stamp ticket, append to each var queue
+//!        ─► every var granted? ─► Executor::schedule ─► Core::run (run.rs)
+//! ```
+
+use crate::context::{Context, PushOpts};
+use crate::dispatch::Dispatcher;
+use crate::error::{EngineError, OpError};
+use crate::executor::Executor;
+use crate::opr::{Body, Dep, OprBlock, OprKind, READ, WRITE};
+use crate::pool::{Pool, NIL};
+use crate::sync::{AtomicBool, Ordering};
+use crate::var::{Var, VarSlot, DELETE_DISPATCHED, DELETE_REQUESTED};
+use crate::var_queue::VarBlock;
+use crate::wait::{FirstError, PendingCounter, WaitSlot};
+use std::cell::Cell;
+
+/// Engine ids, so that a variable of one engine is recognised by another.
+static NEXT_ENGINE_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+
+thread_local! {
+    /// The operation whose body this thread is running (core, op), for the
+    /// wait-inside-an-operation deadlock check.
+    pub(crate) static CURRENT_OP: Cell<(*const Core, u32)> = const { Cell::new((std::ptr::null(), NIL)) };
+}
+
+/// Operations made ready while dispatching, threaded through their `link`
+/// and scheduled once the combiner has let go.
+struct ReadyList {
+    head: u32,
+    tail: u32,
+}
+
+/// Everything an engine is, shared by its handle, workers and completions.
+pub(crate) struct Core {
+    pub(crate) id: u32,
+    pub(crate) oprs: Pool<OprBlock>,
+    pub(crate) blocks: Pool<VarBlock>,
+    pub(crate) vars: Pool<VarSlot>,
+    pub(crate) waits: Pool<WaitSlot>,
+    pub(crate) dispatcher: Dispatcher,
+    pub(crate) executor: Box<dyn Executor>,
+    pub(crate) pending: PendingCounter,
+    pub(crate) first_error: FirstError,
+    pub(crate) shutting_down: AtomicBool,
+    pub(crate) cancelling: AtomicBool,
+}
+
+impl Core {
+    pub(crate) fn new(executor: Box<dyn Executor>) -> Self {
+        Core {
+            id: NEXT_ENGINE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            oprs: Pool::new(),
+            blocks: Pool::new(),
+            vars: Pool::new(),
+            waits: Pool::new(),
+            dispatcher: Dispatcher::default(),
+            executor,
+            pending: PendingCounter::default(),
+            first_error: FirstError::default(),
+            shutting_down: AtomicBool::new(false),
+            cancelling: AtomicBool::new(false),
+        }
+    }
+
+    // ----- variables -------------------------------------------------------
+
+    pub(crate) fn new_var(&self) -> Var {
+        let slot = self.vars.take();
+        let v = self.vars.get(slot);
+        v.version.store(0, Ordering::Relaxed);
+        // SAFETY: the slot was just taken, so nobody else touches it.
+        unsafe {
+            v.error.with_mut(|e| *e = None);
+            v.queue.reset(&self.blocks);
+        }
+        let gen = (v.life.load(Ordering::Acquire) >> 32) as u32;
+        Var { engine: self.id, slot, gen }
+    }
+
+    /// The slot of a live variable of this engine.
+    #[inline]
+    pub(crate) fn slot_of(&self, var: Var) -> Result<&VarSlot, EngineError> {
+        if var.engine != self.id {
+            return Err(EngineError::ForeignVar);
+        }
+        let slot = self.vars.get(var.slot);
+        slot.check(var)?;
+        Ok(slot)
+    }
+
+    /// Marks `var` as being deleted; a second call is an error.
+    pub(crate) fn request_delete(&self, var: Var) -> Result<(), EngineError> {
+        if var.engine != self.id {
+            return Err(EngineError::ForeignVar);
+        }
+        let slot = self.vars.get(var.slot);
+        let mut life = slot.life.load(Ordering::Acquire);
+        loop {
+            if (life >> 32) as u32 != var.gen || life & DELETE_REQUESTED != 0 {
+                return Err(EngineError::DeletedTwice);
+            }
+            match slot.life.compare_exchange_weak(life, life | DELETE_REQUESTED, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(()),
+                Err(actual) => life = actual,
+            }
+        }
+    }
+
+    /// Gives a deleted variable's slot back, bumping its generation.
+    pub(crate) fn free_var(&self, slot_index: u32) {
+        let slot = self.vars.get(slot_index);
+        // SAFETY: the deletion held the last access and nothing can be
+        // appended after a dispatched deletion, so the queue is idle and ours.
+        unsafe {
+            slot.error.with_mut(|e| *e = None);
+            slot.queue.release(&self.blocks);
+        }
+        let gen = (slot.life.load(Ordering::Acquire) >> 32) + 1;
+        slot.life.store((gen & 0xFFFF_FFFF) << 32, Ordering::Release);
+        self.vars.give(slot_index);
+    }
+
+    // ----- push ------------------------------------------------------------
+
+    pub(crate) fn check_ctx(&self, ctx: Context) -> Result<(), EngineError> {
+        match ctx {
+            Context::Cpu(_) => Ok(()),
+            Context::Gpu(id) => Err(EngineError::NoSuchDevice(format!("gpu({id}): this engine has no GPU support"))),
+        }
+    }
+
+    /// Pushes an operation: validates, fills a block, submits it.
+    pub(crate) fn push(
+        &self,
+        body: Body,
+        is_async: bool,
+        reads: &[Var],
+        writes: &[Var],
+        opts: &PushOpts,
+        kind: OprKind,
+    ) -> Result<(), EngineError> {
+        self.check_ctx(opts.ctx)?;
+        let op = self.oprs.take();
+        let block = self.oprs.get(op);
+        // SAFETY: the block was just taken: the pusher owns it (phase 1).
+        let filled = unsafe {
+            block.deps.with_mut(|deps| {
+                let deps = &mut *deps;
+                deps.clear();
+                if let Body::Prebuilt(inner) = &body {
+                    // The operator owns its variables; only re-check them.
+                    return inner.deps.as_slice().iter().try_for_each(|d| {
+                        let v = Var { engine: self.id, slot: d.slot, gen: d.gen };
+                        self.slot_of(v).map(drop)
+                    });
+                }
+                for (vars, mode) in [(writes, WRITE), (reads, READ)] {
+                    for &v in vars {
+                        if kind == OprKind::DeleteVar {
+                            // The deletion itself passes its own request.
+                            if v.engine != self.id {
+                                return Err(EngineError::ForeignVar);
+                            }
+                        } else {
+                            self.slot_of(v)?;
+                        }
+                        deps.add(Dep { slot: v.slot, gen: v.gen, mode });
+                    }
+                }
+                Ok(())
+            })
+        };
+        if let Err(e) = filled {
+            self.oprs.give(op);
+            return Err(e);
+        }
+        // SAFETY: still phase 1: exclusively ours.
+        unsafe {
+            block.body.with_mut(|b| *b = body);
+            let meta = block.meta_mut();
+            meta.opts = *opts;
+            meta.kind = kind;
+            meta.is_async = is_async;
+            meta.rejected = None;
+        }
+        self.submit(op)
+    }
+
+    /// Counts the operation as pending and hands it to the dispatcher.
+    fn submit(&self, op: u32) -> Result<(), EngineError> {
+        self.pending.add_one();
+        if self.shutting_down.load(Ordering::SeqCst) {
+            // Dekker pair with `Engine::shutdown`: it sets the flag, then
+            // waits for `pending` to drain; we count first, then look.
+            self.discard(op);
+            self.pending.done_one();
+            return Err(EngineError::ShutDown);
+        }
+        let mut ready = ReadyList { head: NIL, tail: NIL };
+        self.dispatcher.submit(&self.oprs, op, |op, ticket| self.dispatch(op, ticket, &mut ready));
+        let mut op = ready.head;
+        while op != NIL {
+            let next = self.oprs.get(op).link.load(Ordering::Relaxed);
+            self.schedule(op);
+            op = next;
+        }
+        Ok(())
+    }
+
+    /// Gives back a block that was filled but never dispatched.
+    fn discard(&self, op: u32) {
+        let block = self.oprs.get(op);
+        // SAFETY: never published, still exclusively ours.
+        unsafe { block.body.with_mut(|b| *b = Body::Empty) };
+        self.oprs.give(op);
+    }
+
+    // ----- dispatch (combiner only) ----------------------------------------
+
+    /// Stamps `op`'s ticket and appends it to its variables' queues; adds it
+    /// to `ready` if every variable granted it at once.
+    fn dispatch(&self, op: u32, ticket: u64, ready: &mut ReadyList) {
+        let block = self.oprs.get(op);
+        // SAFETY: phase 2: the combiner owns meta and reads deps; granters
+        // touch only `wait` until the guard below is released.
+        unsafe {
+            let meta = block.meta_mut();
+            meta.ticket = ticket;
+            let deps = block.dep_slice();
+            let live = deps.iter().all(|d| self.vars.get(d.slot).dispatchable(d.gen));
+            if !live {
+                // A variable's deletion was linearized before this operation.
+                meta.rejected = Some(OpError::new(meta.opts.name, "uses a deleted variable"));
+                block.wait.store(0, Ordering::Relaxed);
+                ready.push(&self.oprs, op);
+                return;
+            }
+            if meta.kind == OprKind::DeleteVar {
+                for d in deps {
+                    self.vars.get(d.slot).life.fetch_or(DELETE_DISPATCHED, Ordering::AcqRel);
+                }
+            }
+            block.wait.store(deps.len() as u32 + 1, Ordering::Relaxed);
+            let mut granted = 1;
+            for d in deps {
+                if self.vars.get(d.slot).queue.append(&self.blocks, op, d.writes()) {
+                    granted += 1;
+                }
+            }
+            if block.wait.fetch_sub(granted, Ordering::AcqRel) == granted {
+                ready.push(&self.oprs, op);
+            }
+        }
+    }
+
+    // ----- grant and schedule ----------------------------------------------
+
+    /// One of `op`'s variables granted it; schedules it when it was the last.
+    #[inline]
+    pub(crate) fn grant(&self, op: u32) {
+        if self.oprs.get(op).wait.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.schedule(op);
+        }
+    }
+
+    /// `op` is ready: wait markers complete on the spot (engine code only),
+    /// everything else goes to the executor.
+    pub(crate) fn schedule(&self, op: u32) {
+        // SAFETY: a ready block is owned by whoever schedules it (phase 3).
+        let meta = unsafe { self.oprs.get(op).meta() };
+        match meta.kind {
+            OprKind::Wait(_) => self.run(op, None),
+            _ => self.executor.schedule(self, op, meta.opts.prop),
+        }
+    }
+
+    /// Whether the calling thread is inside a body of this engine that holds
+    /// `var` (or any body of this engine, for `var == None`).
+    pub(crate) fn would_deadlock(&self, var: Option<Var>) -> bool {
+        let (core, op) = CURRENT_OP.with(|c| c.get());
+        if !std::ptr::eq(core, self) || op == NIL {
+            return false;
+        }
+        match var {
+            None => true,
+            // SAFETY: the running body's block is alive (its runner holds
+            // it) and its deps are not written while it runs.
+            Some(v) => unsafe { self.oprs.get(op).dep_slice().iter().any(|d| d.slot == v.slot) },
+        }
+    }
+
+    /// Blocks until everything pushed so far has finished.
+    pub(crate) fn wait_all(&self) {
+        self.pending.wait_zero(|| self.executor.help(self));
+    }
+
+    /// Pushes a marker reading (or writing) `var` and blocks until it runs;
+    /// returns the failure `var`'s value holds then.
+    pub(crate) fn wait_var(&self, var: Var, write: bool) -> Result<(), EngineError> {
+        let ws = self.waits.take();
+        self.waits.get(ws).arm();
+        let opts = PushOpts::new().name(if write { "wait_to_write" } else { "wait_var" });
+        let (reads, writes): (&[Var], &[Var]) = if write { (&[], &[var]) } else { (&[var], &[]) };
+        if let Err(e) = self.push(Body::Empty, false, reads, writes, &opts, OprKind::Wait(ws)) {
+            self.waits.give(ws);
+            return Err(e);
+        }
+        let (error, last) = self.waits.get(ws).wait(|| self.executor.help(self));
+        if last {
+            self.waits.give(ws);
+        }
+        error.map_or(Ok(()), |e| Err(EngineError::OpFailed(e)))
+    }
+}
+
+impl ReadyList {
+    fn push(&mut self, oprs: &Pool<OprBlock>, op: u32) {
+        oprs.get(op).link.store(NIL, Ordering::Relaxed);
+        if self.tail == NIL {
+            self.head = op;
+        } else {
+            oprs.get(self.tail).link.store(op, Ordering::Relaxed);
+        }
+        self.tail = op;
+    }
+}

@@ -1,0 +1,335 @@
+//! The public handle: [`Engine`].
+
+use crate::completion::Completion;
+use crate::config::{EngineBuilder, EngineKind};
+use crate::context::{Context, FnProperty, PushOpts, RunContext};
+use crate::core::Core;
+use crate::error::{EngineError, OpOutput};
+use crate::executor::naive::NaiveExecutor;
+use crate::executor::pooled::PooledExecutor;
+use crate::executor::Executor;
+use crate::inline_fn::InlineFn;
+use crate::operator::{Operator, OperatorBody, OperatorInner};
+use crate::opr::{Body, Dep, DepList, OprKind, READ, WRITE};
+use crate::sync::Ordering;
+use crate::var::Var;
+use std::sync::{Arc, OnceLock};
+
+/// A dependency engine (see the crate docs for the model).
+///
+/// Dropping it finishes every pushed operation (or cancels the ones not yet
+/// started, see [`EngineBuilder::cancel_on_drop`]), joins its threads and
+/// frees everything.
+pub struct Engine {
+    core: Arc<Core>,
+    kind: EngineKind,
+    cancel_on_drop: bool,
+}
+
+/// Pool occupancy, for leak checks and tuning. Exact when the engine is idle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Operation blocks in use.
+    pub live_ops: usize,
+    /// Variable queue blocks in use (two sentinels per live variable).
+    pub live_var_blocks: usize,
+    /// Variables alive (created and not yet deleted).
+    pub live_vars: usize,
+    /// Operation blocks ever created (the pool's high-water mark).
+    pub op_blocks_created: usize,
+}
+
+impl Engine {
+    /// A builder with the defaults.
+    pub fn builder() -> EngineBuilder {
+        EngineBuilder::new()
+    }
+
+    /// An engine configured from the `DEPENGINE_*` environment variables.
+    pub fn from_env() -> Result<Engine, EngineError> {
+        EngineBuilder::from_env()?.build()
+    }
+
+    /// The process-wide engine, created on first use from the environment.
+    ///
+    /// # Panics
+    /// If a `DEPENGINE_*` variable is invalid (the message names it).
+    pub fn global() -> &'static Engine {
+        static GLOBAL: OnceLock<Engine> = OnceLock::new();
+        GLOBAL.get_or_init(|| Engine::from_env().unwrap_or_else(|e| panic!("depengine: {e}")))
+    }
+
+    pub(crate) fn start(b: EngineBuilder) -> Engine {
+        let executor: Box<dyn Executor> = match b.kind {
+            EngineKind::Naive => Box::new(NaiveExecutor),
+            EngineKind::Pooled => Box::new(PooledExecutor::new(b.resolved_cpu_workers(), b.copy_workers, b.spin)),
+        };
+        let core = Arc::new(Core::new(executor));
+        core.executor.start(&core);
+        Engine { core, kind: b.kind, cancel_on_drop: b.cancel_on_drop }
+    }
+
+    /// Which engine this is.
+    pub fn kind(&self) -> EngineKind {
+        self.kind
+    }
+
+    /// Worker threads serving CPU operations (0 for `naive`).
+    pub fn cpu_workers(&self) -> usize {
+        self.core.executor.cpu_workers()
+    }
+
+    // ----- variables -------------------------------------------------------
+
+    /// Creates a variable (version 0).
+    pub fn new_var(&self) -> Var {
+        self.core.new_var()
+    }
+
+    /// Deletes `var` once every operation already pushed on it has finished,
+    /// then calls `on_deleted` (on an engine thread). Any use of `var` after
+    /// this returns is an error.
+    pub fn delete_var(&self, var: Var, on_deleted: impl FnOnce() + Send + 'static) -> Result<(), EngineError> {
+        self.core.request_delete(var)?;
+        let body = Body::OneShot(InlineFn::new_sync(move |_: &RunContext| on_deleted()));
+        let opts = PushOpts::new().name("delete_var").prop(FnProperty::DeleteVar);
+        self.core.push(body, false, &[], &[var], &opts, OprKind::DeleteVar)
+    }
+
+    /// Completed writes of `var` so far (reads leave it unchanged).
+    pub fn var_version(&self, var: Var) -> Result<u64, EngineError> {
+        Ok(self.core.slot_of(var)?.version.load(Ordering::Acquire))
+    }
+
+    // ----- pushes ----------------------------------------------------------
+
+    /// Pushes `body`, which reads `reads` and writes `writes`, with default
+    /// options; returns at once. The body may return `()` or a `Result`.
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().build().unwrap();
+    /// let (a, b) = (engine.new_var(), engine.new_var());
+    /// engine.push_sync(|_| println!("writes a"), &[], &[a]).unwrap();
+    /// engine.push_sync(|_| println!("reads a, writes b"), &[a], &[b]).unwrap();
+    /// engine.wait_all().unwrap();
+    /// ```
+    pub fn push_sync<F, R>(&self, body: F, reads: &[Var], writes: &[Var]) -> Result<(), EngineError>
+    where
+        F: FnOnce(&RunContext) -> R + Send + 'static,
+        R: OpOutput,
+    {
+        self.push_sync_with(body, reads, writes, PushOpts::new())
+    }
+
+    /// [`push_sync`](Self::push_sync) with explicit options.
+    pub fn push_sync_with<F, R>(
+        &self,
+        body: F,
+        reads: &[Var],
+        writes: &[Var],
+        opts: PushOpts,
+    ) -> Result<(), EngineError>
+    where
+        F: FnOnce(&RunContext) -> R + Send + 'static,
+        R: OpOutput,
+    {
+        self.core.push(Body::OneShot(InlineFn::new_sync(body)), false, reads, writes, &opts, OprKind::User)
+    }
+
+    /// Pushes an asynchronous `body`: it receives a [`Completion`] and the
+    /// operation finishes when that is signalled, from any thread.
+    pub fn push_async<F>(&self, body: F, reads: &[Var], writes: &[Var]) -> Result<(), EngineError>
+    where
+        F: FnOnce(&RunContext, Completion) + Send + 'static,
+    {
+        self.push_async_with(body, reads, writes, PushOpts::new())
+    }
+
+    /// [`push_async`](Self::push_async) with explicit options.
+    pub fn push_async_with<F>(&self, body: F, reads: &[Var], writes: &[Var], opts: PushOpts) -> Result<(), EngineError>
+    where
+        F: FnOnce(&RunContext, Completion) + Send + 'static,
+    {
+        self.core.push(Body::OneShot(InlineFn::new_async(body)), true, reads, writes, &opts, OprKind::User)
+    }
+
+    // ----- prebuilt operators ------------------------------------------------
+
+    fn new_operator_inner(
+        &self,
+        body: OperatorBody,
+        reads: &[Var],
+        writes: &[Var],
+        prop: FnProperty,
+        name: &'static str,
+    ) -> Result<Operator, EngineError> {
+        let mut deps = DepList::default();
+        for (vars, mode) in [(writes, WRITE), (reads, READ)] {
+            for &v in vars {
+                self.core.slot_of(v)?;
+                deps.add(Dep { slot: v.slot, gen: v.gen, mode });
+            }
+        }
+        Ok(Operator { inner: Arc::new(OperatorInner { engine: self.core.id, body, deps, prop, name }) })
+    }
+
+    /// Builds a synchronous operator to push many times with [`push_op`](Self::push_op).
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().build().unwrap();
+    /// let v = engine.new_var();
+    /// let op = engine
+    ///     .new_operator(|_| {}, &[], &[v], depengine::FnProperty::Normal, "bump")
+    ///     .unwrap();
+    /// for _ in 0..3 {
+    ///     engine.push_op(&op, depengine::Context::cpu(), 0).unwrap();
+    /// }
+    /// engine.delete_operator(op);
+    /// engine.wait_all().unwrap();
+    /// assert_eq!(engine.var_version(v).unwrap(), 3);
+    /// ```
+    pub fn new_operator<F, R>(
+        &self,
+        body: F,
+        reads: &[Var],
+        writes: &[Var],
+        prop: FnProperty,
+        name: &'static str,
+    ) -> Result<Operator, EngineError>
+    where
+        F: Fn(&RunContext) -> R + Send + Sync + 'static,
+        R: OpOutput,
+    {
+        let body = OperatorBody::Sync(Box::new(move |ctx: &RunContext| body(ctx).into_outcome()));
+        self.new_operator_inner(body, reads, writes, prop, name)
+    }
+
+    /// Builds an asynchronous operator (its body gets a [`Completion`]).
+    pub fn new_async_operator<F>(
+        &self,
+        body: F,
+        reads: &[Var],
+        writes: &[Var],
+        prop: FnProperty,
+        name: &'static str,
+    ) -> Result<Operator, EngineError>
+    where
+        F: Fn(&RunContext, Completion) + Send + Sync + 'static,
+    {
+        self.new_operator_inner(OperatorBody::Async(Box::new(body)), reads, writes, prop, name)
+    }
+
+    /// Pushes a prebuilt operator; neither its closure nor its variable list
+    /// is copied.
+    pub fn push_op(&self, op: &Operator, ctx: Context, priority: i32) -> Result<(), EngineError> {
+        if op.inner.engine != self.core.id {
+            return Err(EngineError::ForeignVar);
+        }
+        let opts = PushOpts { ctx, prop: op.inner.prop, priority, name: op.inner.name, no_skip: false };
+        let is_async = matches!(op.inner.body, OperatorBody::Async(_));
+        self.core.push(Body::Prebuilt(op.inner.clone()), is_async, &[], &[], &opts, OprKind::User)
+    }
+
+    /// Deletes an operator; deferred until the pushes already made have run.
+    pub fn delete_operator(&self, op: Operator) {
+        drop(op);
+    }
+
+    // ----- waits -------------------------------------------------------------
+
+    /// Blocks until every write pushed so far on `var` has finished (MXNet's
+    /// `WaitForVar`); returns the failure `var`'s value then holds, if any.
+    pub fn wait_var(&self, var: Var) -> Result<(), EngineError> {
+        self.wait_on(var, false)
+    }
+
+    /// Like [`wait_var`](Self::wait_var), and also waits for every read
+    /// pushed so far: afterwards nothing uses `var`.
+    pub fn wait_to_write(&self, var: Var) -> Result<(), EngineError> {
+        self.wait_on(var, true)
+    }
+
+    fn wait_on(&self, var: Var, write: bool) -> Result<(), EngineError> {
+        self.core.slot_of(var)?;
+        if self.core.would_deadlock(Some(var)) {
+            return Err(EngineError::WaitWouldDeadlock);
+        }
+        self.core.wait_var(var, write)
+    }
+
+    /// Blocks until everything pushed so far has finished; returns the first
+    /// failure recorded since the previous `wait_all`.
+    pub fn wait_all(&self) -> Result<(), EngineError> {
+        if self.core.would_deadlock(None) {
+            return Err(EngineError::WaitWouldDeadlock);
+        }
+        self.core.wait_all();
+        self.core.first_error.take().map_or(Ok(()), |e| Err(EngineError::OpFailed(e)))
+    }
+
+    // ----- lifecycle -----------------------------------------------------------
+
+    /// Operations pushed and not yet finished.
+    pub fn pending(&self) -> u64 {
+        self.core.pending.get()
+    }
+
+    /// Pool occupancy (exact when idle): live blocks are the leak check.
+    pub fn pool_stats(&self) -> PoolStats {
+        PoolStats {
+            live_ops: self.core.oprs.live(),
+            live_var_blocks: self.core.blocks.live(),
+            live_vars: self.core.vars.live(),
+            op_blocks_created: self.core.oprs.capacity_used(),
+        }
+    }
+
+    /// Finishes every pushed operation, then refuses further pushes
+    /// ([`EngineError::ShutDown`]) and stops the workers. Idempotent; `Drop`
+    /// calls it. From inside an operation it would wait for itself, so it
+    /// returns [`EngineError::WaitWouldDeadlock`] there.
+    pub fn shutdown(&self) -> Result<(), EngineError> {
+        self.shutdown_inner(false)
+    }
+
+    /// Skips every operation not yet started (they complete with a
+    /// "cancelled" failure), waits for running ones, then shuts down.
+    pub fn shutdown_cancel(&self) -> Result<(), EngineError> {
+        self.shutdown_inner(true)
+    }
+
+    fn shutdown_inner(&self, cancel: bool) -> Result<(), EngineError> {
+        if self.core.would_deadlock(None) {
+            return Err(EngineError::WaitWouldDeadlock);
+        }
+        if cancel {
+            self.core.cancelling.store(true, Ordering::SeqCst);
+        }
+        if self.core.shutting_down.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        // Let running work push its continuations, then close the door and
+        // drain whatever slipped in before it closed.
+        self.core.wait_all();
+        if self.core.shutting_down.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.core.wait_all();
+        self.core.executor.stop();
+        Ok(())
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        // Inside an operation (an engine dropped by its own body) there is
+        // nothing safe to wait for; the pending work keeps the core alive.
+        let _ = self.shutdown_inner(self.cancel_on_drop);
+    }
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("kind", &self.kind).field("pending", &self.pending()).finish()
+    }
+}

@@ -1,0 +1,123 @@
+//! Errors: what the API returns ([`EngineError`]) and what a failed
+//! operation leaves on the variables it wrote ([`OpError`]).
+
+use std::fmt;
+use std::sync::Arc;
+
+/// The failure of one operation, recorded on every variable it writes and
+/// inherited by the operations that read them (SPEC §4).
+///
+/// The same `Arc` flows down the graph, so [`OpError::op_name`] always names
+/// the operation that failed first, not the ones skipped because of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OpError {
+    op_name: String,
+    message: String,
+}
+
+impl OpError {
+    pub(crate) fn new(op_name: &str, message: impl Into<String>) -> Arc<Self> {
+        Arc::new(OpError { op_name: op_name.to_owned(), message: message.into() })
+    }
+
+    /// The name given to the operation that failed first (`"<unnamed>"` if none).
+    pub fn op_name(&self) -> &str {
+        &self.op_name
+    }
+
+    /// What went wrong: the panic message or the returned error's text.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+}
+
+impl fmt::Display for OpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "operation `{}` failed: {}", self.op_name, self.message)
+    }
+}
+
+impl std::error::Error for OpError {}
+
+/// Everything an engine call can report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// An operation failed; waits report the failure that a variable (or,
+    /// for `wait_all`, the engine) holds.
+    OpFailed(Arc<OpError>),
+    /// The variable was deleted (or its deletion was already requested).
+    DeletedVar,
+    /// `delete_var` was called twice on the same variable.
+    DeletedTwice,
+    /// The variable belongs to another engine.
+    ForeignVar,
+    /// The context names a device that does not exist (or GPU support is off).
+    NoSuchDevice(String),
+    /// A wait was called from inside an operation on a variable that the
+    /// operation holds (or `wait_all` from inside any operation): it could
+    /// never return.
+    WaitWouldDeadlock,
+    /// The engine is shutting down and takes no more work.
+    ShutDown,
+    /// A setting (builder or environment variable) is invalid.
+    Config(String),
+}
+
+impl fmt::Display for EngineError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EngineError::OpFailed(e) => e.fmt(f),
+            EngineError::DeletedVar => f.write_str("the variable has been deleted"),
+            EngineError::DeletedTwice => f.write_str("the variable was already deleted"),
+            EngineError::ForeignVar => f.write_str("the variable belongs to another engine"),
+            EngineError::NoSuchDevice(what) => write!(f, "no such device: {what}"),
+            EngineError::WaitWouldDeadlock => f.write_str(
+                "a wait inside an operation on a variable it holds (or wait_all inside an operation) would deadlock",
+            ),
+            EngineError::ShutDown => f.write_str("the engine is shutting down"),
+            EngineError::Config(what) => write!(f, "invalid engine setting: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for EngineError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            EngineError::OpFailed(e) => Some(&**e),
+            _ => None,
+        }
+    }
+}
+
+/// What an operation body may return: `()` or any `Result<(), E>` whose error
+/// converts into a boxed error. An `Err` fails the operation like a panic.
+pub trait OpOutput {
+    /// Converts the body's return value into the engine's outcome.
+    fn into_outcome(self) -> Result<(), String>;
+}
+
+impl OpOutput for () {
+    #[inline(always)]
+    fn into_outcome(self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+impl<E: fmt::Display> OpOutput for Result<(), E> {
+    #[inline(always)]
+    fn into_outcome(self) -> Result<(), String> {
+        self.map_err(|e| e.to_string())
+    }
+}
+
+/// The text of a caught panic payload.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        format!("panicked: {s}")
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        format!("panicked: {s}")
+    } else {
+        "panicked".to_owned()
+    }
+}

@@ -1,0 +1,40 @@
+//! Executors: what runs an operation once all its variables have granted it.
+//!
+//! The core (`core.rs`) decides *when* an operation is ready; an executor
+//! decides *where* it runs. Engines are a core plus an executor, so a new
+//! executor (the per-device one, a GPU ring) plugs in behind the same API:
+//!
+//! - [`naive`]: runs every ready operation at once on the thread that made
+//!   it ready (the reference the others are checked against);
+//! - [`pooled`]: a shared worker pool with one ready queue, plus a separate
+//!   queue and pool for copy operations.
+
+pub(crate) mod inline;
+pub(crate) mod naive;
+pub(crate) mod park;
+pub(crate) mod pooled;
+pub(crate) mod ready_ring;
+
+use crate::context::FnProperty;
+use crate::core::Core;
+use std::sync::Arc;
+
+/// Where ready operations run.
+pub(crate) trait Executor: Send + Sync {
+    /// Starts the executor's threads (each holds the core).
+    fn start(&self, core: &Arc<Core>);
+
+    /// `op` is ready; the executor must eventually call `core.run(op, …)`
+    /// exactly once.
+    fn schedule(&self, core: &Core, op: u32, prop: FnProperty);
+
+    /// Runs one ready operation on the calling (waiting) thread if the
+    /// executor has one it may run here; returns whether it ran one.
+    fn help(&self, core: &Core) -> bool;
+
+    /// Stops and joins the executor's threads. Called once, with no work left.
+    fn stop(&self);
+
+    /// Worker threads serving CPU operations.
+    fn cpu_workers(&self) -> usize;
+}

@@ -1,0 +1,31 @@
+//! The naive executor: every ready operation runs at once on the thread that
+//! made it ready — the pusher for independent work, the completing thread for
+//! work released by a completion. Single-threaded pushing therefore runs each
+//! body inside its push, in push order: the reference the other engines are
+//! checked against.
+
+use super::inline::{run_inline, run_queued_one};
+use super::Executor;
+use crate::context::FnProperty;
+use crate::core::Core;
+use std::sync::Arc;
+
+pub(crate) struct NaiveExecutor;
+
+impl Executor for NaiveExecutor {
+    fn start(&self, _core: &Arc<Core>) {}
+
+    fn schedule(&self, core: &Core, op: u32, _prop: FnProperty) {
+        run_inline(core, op);
+    }
+
+    fn help(&self, _core: &Core) -> bool {
+        run_queued_one()
+    }
+
+    fn stop(&self) {}
+
+    fn cpu_workers(&self) -> usize {
+        0
+    }
+}

@@ -1,0 +1,200 @@
+//! The pooled executor (SPEC §3 `pooled`): one shared pool of CPU workers
+//! fed by one ready ring, plus a separate ring and pool for copy operations.
+//!
+//! Two refinements keep it cheap:
+//!
+//! - **successor slot**: an operation made ready by a worker (a completion
+//!   releasing the next link of a chain, a nested push) goes to that worker's
+//!   one-entry `NEXT` slot when it is free, so a chain stays on one core with
+//!   no ring round trip and no cross-core hop; further ones go to the ring
+//!   where idle workers find them;
+//! - **overflow runs inline**: when the ring is full the thread that made the
+//!   operation ready runs it itself, which throttles a pusher racing ahead.
+//!
+//! Idle workers spin for the configured time, then park (`park.rs`).
+
+use super::inline::{run_inline, run_queued_one};
+use super::park::Sleep;
+use super::ready_ring::ReadyRing;
+use super::Executor;
+use crate::context::FnProperty;
+use crate::core::Core;
+use crate::pool::NIL;
+use crate::sync::{AtomicBool, Ordering};
+use std::cell::Cell;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Ready operations one ring holds before pushers run the overflow inline.
+const RING_CAPACITY: usize = if cfg!(depengine_loom) { 4 } else { 1 << 14 };
+
+/// One pool of workers and the ring they serve.
+pub(crate) struct WorkerPool {
+    ring: ReadyRing,
+    sleep: Sleep,
+    stop: AtomicBool,
+    spin: Duration,
+    workers: usize,
+    first_worker_id: usize,
+}
+
+thread_local! {
+    /// The pool this thread works for (null for other threads).
+    static POOL: Cell<*const WorkerPool> = const { Cell::new(std::ptr::null()) };
+    /// This worker's successor slot (`NIL` when empty).
+    static NEXT: Cell<u32> = const { Cell::new(NIL) };
+    /// This worker's id, for `RunContext::worker`.
+    static WORKER_ID: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+impl WorkerPool {
+    fn new(workers: usize, first_worker_id: usize, spin: Duration) -> Self {
+        WorkerPool {
+            ring: ReadyRing::new(RING_CAPACITY),
+            sleep: Sleep::default(),
+            stop: AtomicBool::new(false),
+            spin,
+            workers,
+            first_worker_id,
+        }
+    }
+
+    fn is_current(&self) -> bool {
+        POOL.with(|p| std::ptr::eq(p.get(), self))
+    }
+
+    fn schedule(&self, core: &Core, op: u32) {
+        if self.is_current() && NEXT.with(|n| n.get()) == NIL {
+            NEXT.with(|n| n.set(op));
+            return;
+        }
+        match self.ring.push(op) {
+            Ok(()) => self.sleep.notify_one(),
+            Err(op) => run_inline(core, op),
+        }
+    }
+
+    fn next_ready(&self) -> Option<u32> {
+        let next = NEXT.with(|n| n.replace(NIL));
+        if next != NIL {
+            return Some(next);
+        }
+        self.ring.pop()
+    }
+
+    /// Spins up to `spin` looking for work; returns whether some appeared.
+    fn spin_for_work(&self) -> bool {
+        let start = Instant::now();
+        loop {
+            for _ in 0..64 {
+                if !self.ring.is_empty() {
+                    return true;
+                }
+                std::hint::spin_loop();
+            }
+            if start.elapsed() >= self.spin {
+                return false;
+            }
+        }
+    }
+
+    fn work(&self, core: &Core, id: usize) {
+        POOL.with(|p| p.set(self));
+        WORKER_ID.with(|w| w.set(Some(id)));
+        loop {
+            if let Some(op) = self.next_ready() {
+                core.run(op, Some(id));
+                continue;
+            }
+            if self.spin_for_work() {
+                continue;
+            }
+            if self.stop.load(Ordering::Acquire) {
+                break;
+            }
+            self.sleep.park(|| !self.ring.is_empty() || self.stop.load(Ordering::SeqCst));
+        }
+        POOL.with(|p| p.set(std::ptr::null()));
+    }
+}
+
+/// The id of the pooled worker running on this thread, if any.
+pub(crate) fn current_worker() -> Option<usize> {
+    WORKER_ID.with(|w| w.get())
+}
+
+/// A shared CPU pool and a copy pool (see the module docs).
+pub(crate) struct PooledExecutor {
+    normal: Arc<WorkerPool>,
+    copy: Arc<WorkerPool>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl PooledExecutor {
+    pub(crate) fn new(cpu_workers: usize, copy_workers: usize, spin: Duration) -> Self {
+        PooledExecutor {
+            normal: Arc::new(WorkerPool::new(cpu_workers, 0, spin)),
+            copy: Arc::new(WorkerPool::new(copy_workers, cpu_workers, spin)),
+            threads: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl Executor for PooledExecutor {
+    fn start(&self, core: &Arc<Core>) {
+        // Start-up only: the mutex guards the join handles, not the hot path.
+        let mut threads = self.threads.lock().expect("thread list poisoned");
+        for (kind, pool) in [("cpu", &self.normal), ("copy", &self.copy)] {
+            for i in 0..pool.workers {
+                let (core, pool) = (core.clone(), pool.clone());
+                let id = pool.first_worker_id + i;
+                let handle = std::thread::Builder::new()
+                    .name(format!("depengine-{kind}-{i}"))
+                    .spawn(move || pool.work(&core, id))
+                    .expect("failed to spawn a depengine worker");
+                threads.push(handle);
+            }
+        }
+    }
+
+    fn schedule(&self, core: &Core, op: u32, prop: FnProperty) {
+        let pool = if prop.is_copy() { &self.copy } else { &self.normal };
+        pool.schedule(core, op);
+    }
+
+    fn help(&self, core: &Core) -> bool {
+        if run_queued_one() {
+            return true;
+        }
+        let mine = POOL.with(|p| p.get());
+        let pool: &WorkerPool = if mine.is_null() {
+            &self.normal
+        } else {
+            // SAFETY: a worker's pool outlives the worker's thread.
+            unsafe { &*mine }
+        };
+        match pool.next_ready() {
+            Some(op) => {
+                core.run(op, current_worker());
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn stop(&self) {
+        for pool in [&self.normal, &self.copy] {
+            pool.stop.store(true, Ordering::SeqCst);
+            pool.sleep.notify_all();
+        }
+        let threads = std::mem::take(&mut *self.threads.lock().expect("thread list poisoned"));
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+
+    fn cpu_workers(&self) -> usize {
+        self.normal.workers
+    }
+}

@@ -1,0 +1,144 @@
+//! A bounded lock-free MPMC ring of ready operations (Dmitry Vyukov's
+//! bounded queue): each cell carries a sequence number that says whose turn
+//! it is, so producers and consumers only contend on their own position
+//! counter and never allocate.
+//!
+//! # Invariants
+//!
+//! - Cell `i` is writable by the producer that claimed position `p` when
+//!   `seq == p`, and readable by the consumer that claimed `p` when
+//!   `seq == p + 1`; after reading it sets `seq = p + capacity`.
+//! - The value store happens-before the reader's load through the release
+//!   store / acquire load of `seq`.
+
+use crate::sync::{AtomicU32, AtomicUsize, Ordering};
+use crossbeam_utils::CachePadded;
+
+struct Cell {
+    seq: AtomicUsize,
+    value: AtomicU32,
+}
+
+/// A bounded multi-producer multi-consumer queue of operation indices.
+pub(crate) struct ReadyRing {
+    cells: Box<[Cell]>,
+    mask: usize,
+    head: CachePadded<AtomicUsize>,
+    tail: CachePadded<AtomicUsize>,
+}
+
+impl ReadyRing {
+    /// A ring of `capacity` (rounded up to a power of two) slots.
+    pub(crate) fn new(capacity: usize) -> Self {
+        let capacity = capacity.next_power_of_two().max(2);
+        ReadyRing {
+            cells: (0..capacity).map(|i| Cell { seq: AtomicUsize::new(i), value: AtomicU32::new(0) }).collect(),
+            mask: capacity - 1,
+            head: CachePadded::new(AtomicUsize::new(0)),
+            tail: CachePadded::new(AtomicUsize::new(0)),
+        }
+    }
+
+    /// Enqueues `op`, or hands it back when the ring is full.
+    pub(crate) fn push(&self, op: u32) -> Result<(), u32> {
+        let mut pos = self.tail.load(Ordering::Relaxed);
+        loop {
+            let cell = &self.cells[pos & self.mask];
+            let seq = cell.seq.load(Ordering::Acquire);
+            let diff = seq as isize - pos as isize;
+            if diff == 0 {
+                match self.tail.compare_exchange_weak(pos, pos + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                    Ok(_) => {
+                        cell.value.store(op, Ordering::Relaxed);
+                        cell.seq.store(pos + 1, Ordering::Release);
+                        return Ok(());
+                    }
+                    Err(actual) => pos = actual,
+                }
+            } else if diff < 0 {
+                return Err(op);
+            } else {
+                pos = self.tail.load(Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Dequeues the oldest operation, if any.
+    pub(crate) fn pop(&self) -> Option<u32> {
+        let mut pos = self.head.load(Ordering::Relaxed);
+        loop {
+            let cell = &self.cells[pos & self.mask];
+            let seq = cell.seq.load(Ordering::Acquire);
+            let diff = seq as isize - (pos + 1) as isize;
+            if diff == 0 {
+                match self.head.compare_exchange_weak(pos, pos + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                    Ok(_) => {
+                        let op = cell.value.load(Ordering::Relaxed);
+                        cell.seq.store(pos + self.mask + 1, Ordering::Release);
+                        return Some(op);
+                    }
+                    Err(actual) => pos = actual,
+                }
+            } else if diff < 0 {
+                return None;
+            } else {
+                pos = self.head.load(Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Whether the ring looks empty (a hint: it may change at once).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.head.load(Ordering::SeqCst) >= self.tail.load(Ordering::SeqCst)
+    }
+}
+
+#[cfg(all(test, not(depengine_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fifo_and_full() {
+        let r = ReadyRing::new(4);
+        for i in 0..4 {
+            r.push(i).unwrap();
+        }
+        assert_eq!(r.push(9), Err(9));
+        assert_eq!((0..4).map(|_| r.pop().unwrap()).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+        assert_eq!(r.pop(), None);
+        assert!(r.is_empty());
+    }
+
+    #[test]
+    fn stress_every_item_once() {
+        let r = ReadyRing::new(64);
+        let seen: Vec<AtomicU32> = (0..40_000).map(|_| AtomicU32::new(0)).collect();
+        std::thread::scope(|s| {
+            for p in 0..2u32 {
+                let r = &r;
+                s.spawn(move || {
+                    for i in 0..20_000u32 {
+                        let mut v = p * 20_000 + i;
+                        while let Err(back) = r.push(v) {
+                            v = back;
+                            std::hint::spin_loop();
+                        }
+                    }
+                });
+            }
+            for _ in 0..2 {
+                let (r, seen) = (&r, &seen);
+                s.spawn(move || {
+                    let mut got = 0;
+                    while got < 20_000 {
+                        if let Some(v) = r.pop() {
+                            seen[v as usize].fetch_add(1, Ordering::Relaxed);
+                            got += 1;
+                        }
+                    }
+                });
+            }
+        });
+        assert!(seen.iter().all(|c| c.load(Ordering::Relaxed) == 1), "an item lost or duplicated");
+    }
+}

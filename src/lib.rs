@@ -1,0 +1,105 @@
+//! # depengine
+//!
+//! A dependency engine: the scheduler at the heart of MXNet, rebuilt
+//! lock-free and allocation-free.
+//!
+//! ## The model
+//!
+//! A [`Var`] is a tag for some resource (an array, a file, a GPU buffer). An
+//! operation is a function plus the variables it **reads** and the ones it
+//! **writes**. The one rule: *two operations that touch the same variable,
+//! where at least one writes it, run in the order they were pushed.*
+//! Everything else may run in parallel. Every push returns at once.
+//!
+//! ```
+//! use depengine::{Engine, EngineKind};
+//! use std::sync::atomic::{AtomicU64, Ordering};
+//! use std::sync::Arc;
+//!
+//! let engine = Engine::builder().kind(EngineKind::Pooled).build()?;
+//! let x = engine.new_var();
+//! let cell = Arc::new(AtomicU64::new(1));
+//!
+//! for _ in 0..10 {
+//!     let c = cell.clone();
+//!     // Each push writes `x`, so the ten bodies run one after another.
+//!     engine.push_sync(move |_| { c.fetch_add(c.load(Ordering::Relaxed), Ordering::Relaxed); }, &[], &[x])?;
+//! }
+//! engine.wait_var(x)?;
+//! assert_eq!(cell.load(Ordering::Relaxed), 1024);
+//! assert_eq!(engine.var_version(x)?, 10);
+//! # Ok::<(), depengine::EngineError>(())
+//! ```
+//!
+//! ## Engines
+//!
+//! - [`EngineKind::Naive`]: each operation runs on the thread that made it
+//!   ready — inside its push when its dependencies are met. The reference.
+//! - [`EngineKind::Pooled`]: a shared worker pool and ready queue, plus a
+//!   copy pool.
+//!
+//! Choose with [`EngineBuilder::kind`] or `DEPENGINE_ENGINE_TYPE`;
+//! [`Engine::global`] is a process-wide engine configured from the
+//! environment (see [`config`] for every variable).
+//!
+//! ## Failures
+//!
+//! A body that panics or returns `Err` fails its operation: the failure is
+//! recorded on every variable it writes, operations reading those are
+//! skipped and inherit it, a later blind write clears it, and
+//! [`Engine::wait_var`] / [`Engine::wait_all`] report it with the name of the
+//! operation that failed first. See [`EngineError`] for bad input.
+//!
+//! ## Costs
+//!
+//! After warm-up a push → run → complete cycle allocates nothing as long as
+//! the closure fits in [`INLINE_FN_BYTES`] bytes (larger closures are boxed:
+//! one allocation per push) and the operation names at most [`INLINE_VARS`]
+//! distinct variables (more spill into a vector that the pooled block keeps,
+//! so each block allocates for them at most once). No OS mutex or condition
+//! variable is taken on the push → run → complete path; waits sleep on
+//! futexes. See `ARCHITECTURE.md` for one operation's walk through the code.
+//!
+//! Misuse the compiler rejects — a body that is not `Send`:
+//!
+//! ```compile_fail
+//! let engine = depengine::Engine::builder().build().unwrap();
+//! let not_send = std::rc::Rc::new(1);
+//! engine.push_sync(move |_| drop(not_send), &[], &[]).unwrap();
+//! ```
+//!
+//! — or one that borrows from the pushing stack frame:
+//!
+//! ```compile_fail
+//! let engine = depengine::Engine::builder().build().unwrap();
+//! let local = vec![1, 2, 3];
+//! engine.push_sync(|_| println!("{:?}", &local), &[], &[]).unwrap();
+//! ```
+
+mod completion;
+pub mod config;
+mod context;
+mod core;
+mod dispatch;
+mod engine;
+mod error;
+mod executor;
+mod inline_fn;
+mod operator;
+mod opr;
+mod pool;
+mod run;
+mod sync;
+mod var;
+mod var_queue;
+mod wait;
+
+pub use crate::completion::Completion;
+pub use crate::config::{EngineBuilder, EngineKind};
+pub use crate::context::{Context, FnProperty, PushOpts, RunContext};
+pub use crate::engine::{Engine, PoolStats};
+pub use crate::error::{EngineError, OpError, OpOutput};
+pub use crate::inline_fn::INLINE_FN_BYTES;
+pub use crate::operator::Operator;
+pub use crate::opr::INLINE_VARS;
+pub use crate::var::Var;

@@ -1,0 +1,207 @@
+//! Operation blocks (MXNet's `OprBlock`): one pooled record per pushed
+//! operation, holding its body, its variables and its bookkeeping.
+//!
+//! # Ownership phases
+//!
+//! A block's plain (`UnsafeCell`) fields are owned by one party at a time,
+//! each hand-off being an acquire/release atomic:
+//!
+//! 1. **pusher**: takes the block from the pool and fills it;
+//! 2. **dispatcher**: receives it through the submission stack
+//!    (`dispatch.rs`), stamps the ticket and appends it to its variables'
+//!    queues. Meanwhile granters touch only [`OprBlock::wait`];
+//! 3. **runner**: whoever takes `wait` to zero owns the block and runs it;
+//! 4. **completer**: the runner (synchronous body) or the
+//!    [`Completion`](crate::Completion) (asynchronous body) releases the
+//!    variables and gives the block back to the pool.
+//!
+//! Asynchronous blocks are shared by phases 3 and 4 (the body may still be
+//! unwinding when the completion fires), so they carry a reference count.
+
+use crate::context::PushOpts;
+use crate::error::OpError;
+use crate::inline_fn::InlineFn;
+use crate::operator::OperatorInner;
+use crate::sync::{AtomicU32, AtomicU8, UnsafeCell};
+use std::sync::Arc;
+
+/// Variables stored inline per operation; more spill to a `Vec` that the
+/// pooled block keeps (so a block allocates at most once in its life).
+pub const INLINE_VARS: usize = 6;
+
+/// The dependency reads the variable.
+pub(crate) const READ: u8 = 1;
+/// The dependency writes the variable (a variable both read and written is
+/// one write dependency that also counts as read for failure propagation).
+pub(crate) const WRITE: u8 = 2;
+
+/// One variable of an operation, already validated and de-duplicated.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Dep {
+    /// Index of the variable's slot.
+    pub(crate) slot: u32,
+    /// The variable's generation when pushed (see `var.rs`).
+    pub(crate) gen: u32,
+    /// `READ`, `WRITE` or both.
+    pub(crate) mode: u8,
+}
+
+impl Dep {
+    #[inline(always)]
+    pub(crate) fn writes(self) -> bool {
+        self.mode & WRITE != 0
+    }
+
+    #[inline(always)]
+    pub(crate) fn reads(self) -> bool {
+        self.mode & READ != 0
+    }
+}
+
+/// An operation's variables: inline up to [`INLINE_VARS`], else in `spill`.
+#[derive(Debug, Default)]
+pub(crate) struct DepList {
+    inline: [Dep; INLINE_VARS],
+    len: usize,
+    spill: Vec<Dep>,
+}
+
+impl DepList {
+    pub(crate) fn clear(&mut self) {
+        self.len = 0;
+        self.spill.clear();
+    }
+
+    /// Adds `dep`, merging it with an earlier entry for the same variable.
+    pub(crate) fn add(&mut self, dep: Dep) {
+        if let Some(d) = self.as_mut_slice().iter_mut().find(|d| d.slot == dep.slot) {
+            d.mode |= dep.mode;
+            return;
+        }
+        if self.len < INLINE_VARS {
+            self.inline[self.len] = dep;
+            self.len += 1;
+        } else {
+            if self.spill.is_empty() {
+                self.spill.extend_from_slice(&self.inline);
+            }
+            self.spill.push(dep);
+            self.len += 1;
+        }
+    }
+
+    pub(crate) fn as_slice(&self) -> &[Dep] {
+        if self.len <= INLINE_VARS {
+            &self.inline[..self.len]
+        } else {
+            &self.spill
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [Dep] {
+        if self.len <= INLINE_VARS {
+            &mut self.inline[..self.len]
+        } else {
+            &mut self.spill
+        }
+    }
+}
+
+/// What the block runs.
+#[derive(Default)]
+pub(crate) enum Body {
+    /// Nothing (a recycled block, or an internal operation).
+    #[default]
+    Empty,
+    /// A closure pushed once (`push_sync`, `push_async`, a deletion callback).
+    OneShot(InlineFn),
+    /// A prebuilt operator pushed by reference; it also owns the variables.
+    Prebuilt(Arc<OperatorInner>),
+}
+
+/// Internal kinds of operation, each completed in its own way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum OprKind {
+    /// A user's operation.
+    #[default]
+    User,
+    /// A `wait_var`/`wait_to_write` marker; the index is its wait slot. It
+    /// changes neither version nor failure state.
+    Wait(u32),
+    /// A `delete_var`: runs the callback, then frees the variable.
+    DeleteVar,
+}
+
+/// Everything about an operation besides body and variables.
+#[derive(Debug, Default)]
+pub(crate) struct Meta {
+    pub(crate) opts: PushOpts,
+    pub(crate) kind: OprKind,
+    pub(crate) is_async: bool,
+    /// Position in the linearization of all pushes (stamped by the dispatcher).
+    pub(crate) ticket: u64,
+    /// Set when the dispatcher rejected the operation (a variable was deleted
+    /// between push and dispatch): it completes at once with this error.
+    pub(crate) rejected: Option<Arc<OpError>>,
+}
+
+/// One pushed operation (see the module docs for who owns what when).
+#[derive(Default)]
+pub(crate) struct OprBlock {
+    /// Variables not yet granted, plus one held by the dispatcher until it
+    /// has appended to every queue. Whoever takes it to zero runs the block.
+    pub(crate) wait: AtomicU32,
+    /// Asynchronous blocks: runner + completion references.
+    pub(crate) refs: AtomicU32,
+    /// Asynchronous blocks: the body/completion hand-shake (`run.rs`).
+    pub(crate) run_state: AtomicU8,
+    /// Intrusive link: the submission stack, then the local run lists.
+    pub(crate) link: AtomicU32,
+    pub(crate) body: UnsafeCell<Body>,
+    pub(crate) deps: UnsafeCell<DepList>,
+    pub(crate) meta: UnsafeCell<Meta>,
+}
+
+// SAFETY: the `UnsafeCell` fields are accessed by one owner at a time, each
+// hand-off being an acquire/release atomic (see "Ownership phases").
+unsafe impl Sync for OprBlock {}
+
+impl OprBlock {
+    /// The operation's variables.
+    ///
+    /// # Safety
+    /// The caller must own the block in a phase where `deps` and `body` are
+    /// not being written (any phase but the pusher's filling).
+    #[inline]
+    pub(crate) unsafe fn dep_slice(&self) -> &[Dep] {
+        // SAFETY: per the contract nobody writes these fields meanwhile, and
+        // a prebuilt operator outlives the block that holds its `Arc`.
+        unsafe {
+            match &*self.body.with(|p| p) {
+                Body::Prebuilt(op) => op.deps.as_slice(),
+                _ => (*self.deps.with(|p| p)).as_slice(),
+            }
+        }
+    }
+
+    /// The block's metadata.
+    ///
+    /// # Safety
+    /// The caller must own the block and nobody may write `meta` meanwhile.
+    #[inline]
+    pub(crate) unsafe fn meta(&self) -> &Meta {
+        // SAFETY: per the contract.
+        unsafe { &*self.meta.with(|p| p) }
+    }
+
+    /// The block's metadata, mutably.
+    ///
+    /// # Safety
+    /// The caller must own the block exclusively.
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn meta_mut(&self) -> &mut Meta {
+        // SAFETY: per the contract.
+        unsafe { &mut *self.meta.with_mut(|p| p) }
+    }
+}

@@ -1,0 +1,246 @@
+//! Object pools: index-addressed slabs with a lock-free free list.
+//!
+//! Every engine record (operation blocks, variable blocks, variable slots)
+//! lives in a [`Pool`]. A pool hands out `u32` indices; the memory behind an
+//! index is never returned to the allocator while the pool lives, so a stale
+//! index always points at a valid (if reused) object. Blocks are typically
+//! taken on a pushing thread and given back on a worker, so the free list is
+//! shared by all threads.
+//!
+//! # Layout
+//!
+//! Slots live in segments of doubling size: segment `k` holds
+//! `SEGMENT_BASE << k` slots, so index `i` maps to a segment and offset with
+//! one `ilog2` and no table look-up besides the segment pointer. Segments are
+//! allocated on demand (warm-up) and only freed when the pool is dropped.
+//!
+//! # The free list
+//!
+//! A Treiber stack threaded through the slots' `next_free` words. The head is
+//! one `AtomicU64` packing `(tag << 32) | index`; the tag is bumped on every
+//! successful change so that a pop racing with a pop-push-pop of the same
+//! index fails its CAS instead of installing a stale `next` (the ABA problem).
+//!
+//! # Invariants
+//!
+//! - An index is owned by exactly one party between [`Pool::take`] and
+//!   [`Pool::give`]; the pool never hands out an owned index.
+//! - Values are reused as they were left: the taker resets what it needs.
+//!
+//! # Memory ordering
+//!
+//! `give` publishes with `Release` and `take` acquires, so everything the last
+//! owner wrote happens-before everything the next owner does.
+
+use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use crossbeam_utils::CachePadded;
+use std::ptr;
+
+/// The "no index" value used by every intrusive link in the engine.
+pub(crate) const NIL: u32 = u32::MAX;
+
+/// Slots in segment 0. Small under loom so that models stay small.
+const SEGMENT_BASE: u32 = if cfg!(depengine_loom) { 2 } else { 64 };
+
+/// Segments `0..SEGMENTS` cover more than `u32::MAX - 1` indices at base 64.
+const SEGMENTS: usize = if cfg!(depengine_loom) { 8 } else { 26 };
+
+struct Slot<T> {
+    next_free: AtomicU32,
+    value: T,
+}
+
+/// A lock-free pool of `T` addressed by `u32` indices.
+pub(crate) struct Pool<T> {
+    free: CachePadded<AtomicU64>,
+    fresh: CachePadded<AtomicU32>,
+    segments: [AtomicPtr<Slot<T>>; SEGMENTS],
+}
+
+// SAFETY: the pool hands out shared references to `T` on any thread, so `T`
+// must be `Sync`; values move between threads through take/give, so `Send`.
+unsafe impl<T: Send + Sync> Sync for Pool<T> {}
+// SAFETY: as above; the pool owns its segments.
+unsafe impl<T: Send + Sync> Send for Pool<T> {}
+
+#[inline(always)]
+fn locate(index: u32) -> (usize, usize) {
+    let n = index / SEGMENT_BASE + 1;
+    let seg = n.ilog2();
+    let start = SEGMENT_BASE * ((1u32 << seg) - 1);
+    (seg as usize, (index - start) as usize)
+}
+
+#[inline(always)]
+fn segment_len(seg: usize) -> usize {
+    (SEGMENT_BASE as usize) << seg
+}
+
+impl<T: Default> Pool<T> {
+    pub(crate) fn new() -> Self {
+        Pool {
+            free: CachePadded::new(AtomicU64::new(NIL as u64)),
+            fresh: CachePadded::new(AtomicU32::new(0)),
+            segments: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
+        }
+    }
+
+    /// Takes an index: a freed one if any, else a never-used one (allocating
+    /// a segment the first time one is reached).
+    pub(crate) fn take(&self) -> u32 {
+        let mut head = self.free.load(Ordering::Acquire);
+        loop {
+            let index = head as u32;
+            if index == NIL {
+                break;
+            }
+            // The slot may be taken and given back concurrently; then this
+            // read is stale but the tag makes the CAS below fail.
+            let next = self.slot(index).next_free.load(Ordering::Relaxed);
+            let new = ((head >> 32).wrapping_add(1) << 32) | next as u64;
+            match self.free.compare_exchange_weak(head, new, Ordering::Acquire, Ordering::Acquire) {
+                Ok(_) => return index,
+                Err(actual) => head = actual,
+            }
+        }
+        let index = self.fresh.fetch_add(1, Ordering::Relaxed);
+        let (seg, _) = locate(index);
+        assert!(seg < SEGMENTS && index != NIL, "depengine: object pool exhausted");
+        self.ensure_segment(seg);
+        index
+    }
+
+    #[cold]
+    fn ensure_segment(&self, seg: usize) {
+        if !self.segments[seg].load(Ordering::Acquire).is_null() {
+            return;
+        }
+        let slots: Box<[Slot<T>]> =
+            (0..segment_len(seg)).map(|_| Slot { next_free: AtomicU32::new(NIL), value: T::default() }).collect();
+        let fresh = Box::into_raw(slots) as *mut Slot<T>;
+        if self.segments[seg].compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            // SAFETY: `fresh` came from `Box::into_raw` of a slice of this
+            // length just above and was never published.
+            drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(fresh, segment_len(seg))) });
+        }
+    }
+
+    /// Gives `index` back; the caller must own it and not use it afterwards.
+    pub(crate) fn give(&self, index: u32) {
+        let slot = self.slot(index);
+        let mut head = self.free.load(Ordering::Relaxed);
+        loop {
+            slot.next_free.store(head as u32, Ordering::Relaxed);
+            let new = ((head >> 32).wrapping_add(1) << 32) | index as u64;
+            match self.free.compare_exchange_weak(head, new, Ordering::Release, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(actual) => head = actual,
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn slot(&self, index: u32) -> &Slot<T> {
+        let (seg, off) = locate(index);
+        let base = self.segments[seg].load(Ordering::Acquire);
+        debug_assert!(!base.is_null(), "index {index} outside every segment");
+        // SAFETY: `index` was handed out by `take`, which made sure its
+        // segment exists; segments are never freed while `self` lives, and
+        // `off < segment_len(seg)` by construction of `locate`.
+        unsafe { &*base.add(off) }
+    }
+
+    /// The value at `index`. Valid for any index ever handed out.
+    #[inline(always)]
+    pub(crate) fn get(&self, index: u32) -> &T {
+        &self.slot(index).value
+    }
+
+    /// Indices handed out and not given back. Exact only when no thread is
+    /// taking or giving concurrently (tests and shutdown checks).
+    pub(crate) fn live(&self) -> usize {
+        let mut free = 0usize;
+        let mut index = self.free.load(Ordering::Acquire) as u32;
+        while index != NIL {
+            free += 1;
+            index = self.slot(index).next_free.load(Ordering::Relaxed);
+        }
+        self.fresh.load(Ordering::Acquire) as usize - free
+    }
+
+    /// Indices ever created (the pool's high-water mark).
+    pub(crate) fn capacity_used(&self) -> usize {
+        self.fresh.load(Ordering::Acquire) as usize
+    }
+}
+
+impl<T> Drop for Pool<T> {
+    fn drop(&mut self) {
+        for (seg, ptr) in self.segments.iter().enumerate() {
+            let p = ptr.load(Ordering::Acquire);
+            if !p.is_null() {
+                // SAFETY: every non-null segment pointer came from
+                // `Box::into_raw` of a slice of `segment_len(seg)` slots, and
+                // `&mut self` proves no reference into it is alive.
+                drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(p, segment_len(seg))) });
+            }
+        }
+    }
+}
+
+#[cfg(all(test, not(depengine_loom)))]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn locate_covers_segments_contiguously() {
+        let mut expected = (0usize, 0usize);
+        for i in 0..10_000u32 {
+            let got = locate(i);
+            assert_eq!(got, expected, "index {i}");
+            expected.1 += 1;
+            if expected.1 == segment_len(expected.0) {
+                expected = (expected.0 + 1, 0);
+            }
+        }
+    }
+
+    #[test]
+    fn take_give_reuses_and_never_duplicates() {
+        let pool: Pool<u64> = Pool::new();
+        let a: Vec<u32> = (0..1000).map(|_| pool.take()).collect();
+        assert_eq!(a.iter().collect::<HashSet<_>>().len(), 1000);
+        assert_eq!(pool.live(), 1000);
+        for &i in &a[..500] {
+            pool.give(i);
+        }
+        assert_eq!(pool.live(), 500);
+        let b: Vec<u32> = (0..500).map(|_| pool.take()).collect();
+        assert_eq!(pool.capacity_used(), 1000, "freed indices are reused before fresh ones");
+        let all: HashSet<u32> = a[500..].iter().chain(&b).copied().collect();
+        assert_eq!(all.len(), 1000);
+    }
+
+    #[test]
+    fn stress_cross_thread_take_give() {
+        let pool: Pool<AtomicU32> = Pool::new();
+        std::thread::scope(|s| {
+            for t in 0..4u32 {
+                let pool = &pool;
+                s.spawn(move || {
+                    for round in 0..20_000u32 {
+                        let i = pool.take();
+                        let tag = (t << 24) | (round & 0xFF_FFFF);
+                        // Exclusive ownership: nobody else may touch it meanwhile.
+                        pool.get(i).store(tag, Ordering::Relaxed);
+                        std::hint::spin_loop();
+                        assert_eq!(pool.get(i).load(Ordering::Relaxed), tag, "index {i} handed out twice");
+                        pool.give(i);
+                    }
+                });
+            }
+        });
+        assert_eq!(pool.live(), 0);
+    }
+}

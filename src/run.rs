@@ -1,0 +1,233 @@
+//! The second half of an operation's life: run the body, then complete —
+//! record the outcome on the written variables, release every variable
+//! (granting whoever waits next) and give the block back.
+//!
+//! # Failures (SPEC §4)
+//!
+//! Before running a body the runner looks at the variables it reads: if one
+//! holds a failure (and the push did not ask for `no_skip`), the body is
+//! skipped and the operation completes with that same failure, so it flows
+//! down the graph naming the operation that failed first. A completed write
+//! replaces the variable's failure with its own outcome: a successful blind
+//! write makes the value good again.
+//!
+//! # Asynchronous bodies
+//!
+//! The block is shared by the runner (the body may still be running or
+//! unwinding) and the [`Completion`], so it carries two references and is
+//! given back by whoever lets go last. `run_state` settles one race: a
+//! `Completion` dropped *while the body panics* does not complete the
+//! operation itself but defers to the runner, which has the panic message.
+
+use crate::completion::Completion;
+use crate::context::RunContext;
+use crate::core::{Core, CURRENT_OP};
+use crate::error::{panic_message, OpError};
+use crate::inline_fn::Outcome;
+use crate::operator::OperatorBody;
+use crate::opr::{Body, Meta, OprBlock, OprKind};
+use crate::sync::Ordering;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+/// The body is not running.
+const BODY_IDLE: u8 = 0;
+/// The body of an asynchronous operation is running.
+const BODY_RUNNING: u8 = 1;
+/// Its `Completion` was dropped during a panic; the runner must complete.
+const BODY_DEFERRED: u8 = 2;
+
+impl Core {
+    /// Runs a ready operation (phase 3) and, for a synchronous body,
+    /// completes it.
+    pub(crate) fn run(&self, op: u32, worker: Option<usize>) {
+        let block = self.oprs.get(op);
+        // SAFETY: a scheduled block belongs to its runner; nobody writes
+        // `meta` until it is given back.
+        let meta = unsafe { block.meta() };
+        if let OprKind::Wait(ws) = meta.kind {
+            // SAFETY: the marker holds an access to its single variable.
+            let error = unsafe { self.vars.get(block.dep_slice()[0].slot).error() };
+            if self.waits.get(ws).deliver(error) {
+                self.waits.give(ws);
+            }
+            self.complete(op, None);
+            self.finish(op);
+            return;
+        }
+        if let Some(failure) = self.inherited_failure(block, meta) {
+            self.complete(op, Some(&failure));
+            self.finish(op);
+            return;
+        }
+        let name = meta.opts.name;
+        let ctx = RunContext { ctx: meta.opts.ctx, worker, ticket: meta.ticket, priority: meta.opts.priority };
+        let outer = CURRENT_OP.with(|c| c.replace((self, op)));
+        if !meta.is_async {
+            let outcome = catch_unwind(AssertUnwindSafe(|| self.invoke(block, &ctx, None)));
+            CURRENT_OP.with(|c| c.set(outer));
+            let failure = match outcome {
+                Ok(Ok(())) => None,
+                Ok(Err(message)) => Some(OpError::new(name, message)),
+                Err(payload) => Some(OpError::new(name, panic_message(&*payload))),
+            };
+            self.complete(op, failure.as_ref());
+            self.finish(op);
+            return;
+        }
+        block.refs.store(2, Ordering::Relaxed);
+        block.run_state.store(BODY_RUNNING, Ordering::Relaxed);
+        let outcome = catch_unwind(AssertUnwindSafe(|| self.invoke(block, &ctx, Some(Completion::new(self, op)))));
+        CURRENT_OP.with(|c| c.set(outer));
+        let state = block.run_state.swap(BODY_IDLE, Ordering::AcqRel);
+        let panic = outcome.err().map(|payload| panic_message(&*payload));
+        if state == BODY_DEFERRED {
+            let message = panic.unwrap_or_else(|| "its Completion was dropped during a panic".to_owned());
+            self.complete(op, Some(&OpError::new(name, message)));
+            self.release(op); // the deferring Completion's reference
+        } else if let Some(message) = panic {
+            // The Completion was handed off before the panic and will still
+            // complete the operation; the panic is reported by `wait_all`.
+            self.first_error.record(&OpError::new(name, message));
+        }
+        self.release(op);
+    }
+
+    /// The failure that makes `block` skip its body, if any.
+    fn inherited_failure(&self, block: &OprBlock, meta: &Meta) -> Option<Arc<OpError>> {
+        if let Some(rejected) = &meta.rejected {
+            return Some(rejected.clone());
+        }
+        if meta.kind == OprKind::User && self.cancelling.load(Ordering::Relaxed) {
+            return Some(OpError::new(meta.opts.name, "cancelled: the engine shut down before it ran"));
+        }
+        if meta.opts.no_skip {
+            return None;
+        }
+        // SAFETY: the runner owns the block; every read variable granted it a
+        // read, so no writer changes their failure state meanwhile.
+        unsafe { block.dep_slice().iter().filter(|d| d.reads()).find_map(|d| self.vars.get(d.slot).error()) }
+    }
+
+    fn invoke(&self, block: &OprBlock, ctx: &RunContext, completion: Option<Completion>) -> Outcome {
+        // SAFETY: the runner owns `body`; a one-shot closure is moved out
+        // before it runs, so a concurrent completion reading the block's
+        // variables (through `dep_slice`) never aliases a `&mut`.
+        let one_shot = unsafe {
+            block.body.with_mut(|b| match &mut *b {
+                Body::OneShot(f) => Some(std::mem::take(f)),
+                _ => None,
+            })
+        };
+        if let Some(mut f) = one_shot {
+            return f.invoke(ctx, completion);
+        }
+        // SAFETY: as above; a prebuilt body is only borrowed.
+        match unsafe { &*block.body.with(|b| b) } {
+            Body::Prebuilt(inner) => match &inner.body {
+                OperatorBody::Sync(f) => f(ctx),
+                OperatorBody::Async(f) => {
+                    f(ctx, completion.expect("asynchronous operator run without its completion"));
+                    Ok(())
+                }
+            },
+            // Internal operations with nothing to run (a deletion without a
+            // callback): an async one completes at once.
+            _ => {
+                if let Some(c) = completion {
+                    c.signal();
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// A `Completion` was signalled (`failure` is `None`) or failed.
+    pub(crate) fn complete_async(&self, op: u32, failure: Option<String>) {
+        // SAFETY: `meta` is read-only until the block is given back, which
+        // needs this completion's reference.
+        let name = unsafe { self.oprs.get(op).meta().opts.name };
+        let failure = failure.map(|message| OpError::new(name, message));
+        self.complete(op, failure.as_ref());
+        self.release(op);
+    }
+
+    /// A `Completion` was dropped without being signalled.
+    pub(crate) fn completion_dropped(&self, op: u32) {
+        let block = self.oprs.get(op);
+        if std::thread::panicking()
+            && block
+                .run_state
+                .compare_exchange(BODY_RUNNING, BODY_DEFERRED, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        {
+            return; // the runner completes it with the panic message
+        }
+        self.complete_async(op, Some("its Completion was dropped without being signalled".to_owned()));
+    }
+
+    /// Phase 4: records the outcome on the written variables and releases
+    /// every variable, granting (and scheduling) the operations next in line.
+    fn complete(&self, op: u32, failure: Option<&Arc<OpError>>) {
+        let block = self.oprs.get(op);
+        // SAFETY: the completer owns the block until `finish`; `meta` and
+        // the variables are not written by anyone else meanwhile.
+        let (meta, deps) = unsafe { (block.meta(), block.dep_slice()) };
+        if let Some(failure) = failure {
+            if !matches!(meta.kind, OprKind::Wait(_)) {
+                self.first_error.record(failure);
+            }
+        }
+        if meta.rejected.is_some() {
+            return; // never appended to any queue
+        }
+        let changes_values = matches!(meta.kind, OprKind::User | OprKind::DeleteVar);
+        for d in deps {
+            let slot = self.vars.get(d.slot);
+            if d.writes() && changes_values {
+                // SAFETY: the write grant is still held.
+                unsafe { slot.finish_write(failure) };
+            }
+        }
+        for d in deps {
+            let queue = &self.vars.get(d.slot).queue;
+            // SAFETY: this operation holds exactly this access and
+            // completes it once.
+            let granted = unsafe {
+                if d.writes() {
+                    queue.complete_write(&self.blocks)
+                } else {
+                    queue.complete_read(&self.blocks)
+                }
+            };
+            for next in granted {
+                self.grant(next);
+            }
+        }
+        if meta.kind == OprKind::DeleteVar {
+            for d in deps {
+                self.free_var(d.slot);
+            }
+        }
+    }
+
+    /// Drops an asynchronous block's reference; the last one finishes it.
+    fn release(&self, op: u32) {
+        if self.oprs.get(op).refs.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.finish(op);
+        }
+    }
+
+    /// Gives the block back and counts the operation as finished.
+    fn finish(&self, op: u32) {
+        let block = self.oprs.get(op);
+        // SAFETY: completed and unreferenced: exclusively ours until given back.
+        unsafe {
+            block.body.with_mut(|b| *b = Body::Empty);
+            block.deps.with_mut(|d| (*d).clear());
+            block.meta_mut().rejected = None;
+        }
+        self.oprs.give(op);
+        self.pending.done_one();
+    }
+}

@@ -1,0 +1,91 @@
+//! Variables: the user's [`Var`] handle and the pooled [`VarSlot`] behind it.
+//!
+//! A handle names a slot by index plus the slot's *generation*. Deleting a
+//! variable first marks the slot `DELETE_REQUESTED` (so later pushes through
+//! the handle fail at once), the dispatcher marks it `DELETE_DISPATCHED` when
+//! it dispatches the deletion (so operations linearized after it are
+//! rejected), and the deletion's completion gives the slot back with the
+//! generation bumped, so any stale handle is recognised forever after.
+//!
+//! # `life` word
+//!
+//! `generation << 32 | flags`, one atomic so that a reader sees the
+//! generation and the flags of the same incarnation.
+
+use crate::error::{EngineError, OpError};
+use crate::sync::{AtomicU64, Ordering, UnsafeCell};
+use crate::var_queue::VarQueue;
+use std::sync::Arc;
+
+/// Deletion was requested through the handle (`delete_var` returned).
+pub(crate) const DELETE_REQUESTED: u64 = 1;
+/// The dispatcher has linearized the deletion.
+pub(crate) const DELETE_DISPATCHED: u64 = 2;
+
+/// A variable: a tag for some resource, cheap to create, copy and delete.
+///
+/// Operations name the variables they read and write; the engine orders
+/// conflicting operations by push order. A `Var` is only meaningful to the
+/// engine that created it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Var {
+    pub(crate) engine: u32,
+    pub(crate) slot: u32,
+    pub(crate) gen: u32,
+}
+
+/// The engine-side state of one variable.
+#[derive(Debug, Default)]
+#[repr(align(64))] // one variable per cache line: no false sharing between queues
+pub(crate) struct VarSlot {
+    pub(crate) queue: VarQueue,
+    pub(crate) life: AtomicU64,
+    /// Completed writes since creation.
+    pub(crate) version: AtomicU64,
+    /// The failure the current value holds. Read only by operations granted
+    /// a read, written only by the operation granted the write, so the
+    /// scheduling rule itself protects it.
+    pub(crate) error: UnsafeCell<Option<Arc<OpError>>>,
+}
+
+// SAFETY: `error` is guarded by the scheduling rule itself (see the field);
+// the queue carries its own proof.
+unsafe impl Sync for VarSlot {}
+
+impl VarSlot {
+    /// Checks that `var`'s incarnation is alive and not being deleted.
+    #[inline]
+    pub(crate) fn check(&self, var: Var) -> Result<(), EngineError> {
+        let life = self.life.load(Ordering::Acquire);
+        if (life >> 32) as u32 != var.gen || life & DELETE_REQUESTED != 0 {
+            return Err(EngineError::DeletedVar);
+        }
+        Ok(())
+    }
+
+    /// Whether the dispatcher may still append operations of `gen`.
+    #[inline]
+    pub(crate) fn dispatchable(&self, gen: u32) -> bool {
+        let life = self.life.load(Ordering::Acquire);
+        (life >> 32) as u32 == gen && life & DELETE_DISPATCHED == 0
+    }
+
+    /// The failure the current value holds.
+    ///
+    /// # Safety
+    /// The caller must hold a granted access (read or write) on the variable.
+    pub(crate) unsafe fn error(&self) -> Option<Arc<OpError>> {
+        // SAFETY: per the contract no writer runs concurrently.
+        unsafe { self.error.with(|p| (*p).clone()) }
+    }
+
+    /// Records the outcome of a completed write and bumps the version.
+    ///
+    /// # Safety
+    /// The caller must hold the granted write on the variable.
+    pub(crate) unsafe fn finish_write(&self, failure: Option<&Arc<OpError>>) {
+        // SAFETY: per the contract we are the only accessor of `error`.
+        unsafe { self.error.with_mut(|p| *p = failure.cloned()) };
+        self.version.fetch_add(1, Ordering::Release);
+    }
+}

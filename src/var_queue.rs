@@ -1,0 +1,355 @@
+#![doc = include_str!("../docs/var-queue.md")]
+
+use crate::pool::{Pool, NIL};
+use crate::sync::{AtomicU64, Ordering, UnsafeCell};
+
+const READERS_MASK: u64 = 0xFFFF_FFFF;
+/// A granted write is running.
+const WRITER: u64 = 1 << 32;
+/// One queued (not yet granted) access.
+const PENDING_ONE: u64 = 1 << 33;
+const PENDING_SHIFT: u32 = 33;
+
+#[inline(always)]
+fn pending(state: u64) -> u64 {
+    state >> PENDING_SHIFT
+}
+
+/// One queued access: MXNet's `VersionedVarBlock`.
+#[derive(Debug)]
+pub(crate) struct VarBlock {
+    /// The operation (an index into the operation pool).
+    opr: UnsafeCell<u32>,
+    /// Whether the access is a write.
+    write: UnsafeCell<bool>,
+    /// The next block in the chain (`NIL` for the sentinel's spare).
+    next: UnsafeCell<u32>,
+}
+
+impl Default for VarBlock {
+    fn default() -> Self {
+        VarBlock { opr: UnsafeCell::new(NIL), write: UnsafeCell::new(false), next: UnsafeCell::new(NIL) }
+    }
+}
+
+// SAFETY: a block is written by the appender before it is published with a
+// release CAS and read only by the granter after an acquire (module docs).
+unsafe impl Sync for VarBlock {}
+
+impl VarBlock {
+    /// # Safety
+    /// The caller must own the block (appender for the sentinel, granter for
+    /// counted blocks), per the module invariants.
+    #[inline(always)]
+    unsafe fn read(&self) -> (u32, bool, u32) {
+        // SAFETY: forwarded to the caller: no one writes the block meanwhile.
+        unsafe { (self.opr.with(|p| *p), self.write.with(|p| *p), self.next.with(|p| *p)) }
+    }
+}
+
+/// A variable's lock-free access queue (see the module docs).
+#[derive(Debug)]
+pub(crate) struct VarQueue {
+    state: AtomicU64,
+    /// Granter-owned: the oldest queued block, or the sentinel if none.
+    first_waiting: UnsafeCell<u32>,
+    /// Appender-owned: the empty block the next queued access fills.
+    sentinel: UnsafeCell<u32>,
+}
+
+impl Default for VarQueue {
+    fn default() -> Self {
+        VarQueue { state: AtomicU64::new(0), first_waiting: UnsafeCell::new(NIL), sentinel: UnsafeCell::new(NIL) }
+    }
+}
+
+// SAFETY: `sentinel` is touched only by the single appender and
+// `first_waiting` only by the single granter (module docs, "State").
+unsafe impl Sync for VarQueue {}
+
+/// The result of one completing access: the operations it granted, at most
+/// one write or any number of reads (a run of consecutive queued reads).
+pub(crate) struct Granted<'a> {
+    blocks: &'a Pool<VarBlock>,
+    next: u32,
+    left: u64,
+}
+
+impl Iterator for Granted<'_> {
+    type Item = u32;
+
+    #[inline]
+    fn next(&mut self) -> Option<u32> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let b = self.next;
+        // SAFETY: the block was counted and granted by the CAS that created
+        // this iterator; the granter (us) is its only owner (invariant 4).
+        let (opr, _, next) = unsafe { self.blocks.get(b).read() };
+        self.blocks.give(b);
+        self.next = next;
+        Some(opr)
+    }
+}
+
+impl Drop for Granted<'_> {
+    fn drop(&mut self) {
+        debug_assert!(self.left == 0 || std::thread::panicking(), "granted operations dropped");
+    }
+}
+
+impl VarQueue {
+    /// Makes the queue ready for a (re)used variable: empty, with a sentinel.
+    ///
+    /// # Safety
+    /// The caller owns the variable exclusively (it was just taken from the
+    /// pool), so no other thread touches the queue.
+    pub(crate) unsafe fn reset(&self, blocks: &Pool<VarBlock>) {
+        debug_assert_eq!(self.state.load(Ordering::Relaxed), 0);
+        // SAFETY: exclusive ownership, forwarded from the caller.
+        unsafe {
+            let mut s = self.sentinel.with(|p| *p);
+            if s == NIL {
+                s = blocks.take();
+                blocks.get(s).next.with_mut(|p| *p = NIL);
+                self.sentinel.with_mut(|p| *p = s);
+            }
+            self.first_waiting.with_mut(|p| *p = s);
+        }
+    }
+
+    /// Gives the sentinel (and its spare) back; the variable is being freed.
+    ///
+    /// # Safety
+    /// The queue must be idle (state 0) and exclusively owned.
+    pub(crate) unsafe fn release(&self, blocks: &Pool<VarBlock>) {
+        debug_assert_eq!(self.state.load(Ordering::Relaxed), 0, "freeing a busy variable");
+        // SAFETY: exclusive ownership, forwarded from the caller.
+        unsafe {
+            let s = self.sentinel.with(|p| *p);
+            if s != NIL {
+                let spare = blocks.get(s).next.with(|p| *p);
+                if spare != NIL {
+                    blocks.give(spare);
+                }
+                blocks.give(s);
+            }
+            self.sentinel.with_mut(|p| *p = NIL);
+            self.first_waiting.with_mut(|p| *p = NIL);
+        }
+    }
+
+    /// **append read / append write**: returns `true` when the access is
+    /// granted at once, `false` when it was queued (and will be granted by a
+    /// later completion).
+    ///
+    /// # Safety
+    /// Only the dispatcher may call this, one call at a time per queue (the
+    /// appender owns the sentinel), on a queue that was [`reset`](Self::reset).
+    pub(crate) unsafe fn append(&self, blocks: &Pool<VarBlock>, opr: u32, write: bool) -> bool {
+        let mut state = self.state.load(Ordering::Acquire);
+        let mut filled = false;
+        loop {
+            let grantable = if write { state == 0 } else { state & WRITER == 0 && pending(state) == 0 };
+            if grantable {
+                let new = if write { WRITER } else { state + 1 };
+                match self.state.compare_exchange_weak(state, new, Ordering::AcqRel, Ordering::Acquire) {
+                    // A filled but uncounted sentinel stays the sentinel.
+                    Ok(_) => return true,
+                    Err(actual) => {
+                        state = actual;
+                        continue;
+                    }
+                }
+            }
+            // SAFETY: the sentinel is appender-owned and uncounted; the
+            // caller guarantees we are the only appender.
+            let sentinel = unsafe { self.sentinel.with(|p| *p) };
+            if !filled {
+                let block = blocks.get(sentinel);
+                // SAFETY: as above, nobody else reads an uncounted sentinel.
+                unsafe {
+                    block.opr.with_mut(|p| *p = opr);
+                    block.write.with_mut(|p| *p = write);
+                    if block.next.with(|p| *p) == NIL {
+                        let spare = blocks.take();
+                        blocks.get(spare).next.with_mut(|p| *p = NIL);
+                        block.next.with_mut(|p| *p = spare);
+                    }
+                }
+                filled = true;
+            }
+            match self.state.compare_exchange_weak(state, state + PENDING_ONE, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    // SAFETY: appender-owned; the published block's `next`
+                    // (the spare) becomes the new sentinel.
+                    unsafe {
+                        let spare = blocks.get(sentinel).next.with(|p| *p);
+                        self.sentinel.with_mut(|p| *p = spare);
+                    }
+                    return false;
+                }
+                Err(actual) => state = actual,
+            }
+        }
+    }
+
+    /// **complete read**: the calling operation's granted read is done.
+    /// Returns the operations this grants (at most one write).
+    ///
+    /// # Safety
+    /// The caller must hold a granted read on this queue and call this once.
+    pub(crate) unsafe fn complete_read<'a>(&self, blocks: &'a Pool<VarBlock>) -> Granted<'a> {
+        let mut state = self.state.load(Ordering::Acquire);
+        loop {
+            debug_assert!(state & READERS_MASK > 0 && state & WRITER == 0, "complete_read without a read");
+            let mut new = state - 1;
+            let grant = new & READERS_MASK == 0 && pending(new) > 0;
+            if grant {
+                new = new - PENDING_ONE + WRITER;
+            }
+            match self.state.compare_exchange_weak(state, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) if grant => {
+                    // SAFETY: our CAS made us the granter; the first waiting
+                    // block is a counted write (invariant 3).
+                    return unsafe { self.take_granted(blocks, 1) };
+                }
+                Ok(_) => return Granted { blocks, next: NIL, left: 0 },
+                Err(actual) => state = actual,
+            }
+        }
+    }
+
+    /// **complete write**: the calling operation's granted write is done.
+    /// Returns the operations this grants (one write or a run of reads).
+    ///
+    /// # Safety
+    /// The caller must hold the granted write on this queue and call this once.
+    pub(crate) unsafe fn complete_write<'a>(&self, blocks: &'a Pool<VarBlock>) -> Granted<'a> {
+        let mut state = self.state.load(Ordering::Acquire);
+        loop {
+            debug_assert!(state & WRITER != 0, "complete_write without the write");
+            let waiting = pending(state);
+            let granted = if waiting == 0 {
+                0
+            } else {
+                // SAFETY: while we hold the write nobody else grants, and the
+                // first `waiting` blocks are counted, hence immutable.
+                unsafe { self.front_group(blocks, waiting) }
+            };
+            let new = match granted {
+                0 => state & !WRITER,
+                Group::WRITE => state - PENDING_ONE, // WRITER stays set: handed over
+                k => (state & !WRITER) - k * PENDING_ONE + k,
+            };
+            match self.state.compare_exchange_weak(state, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    let count = if granted == Group::WRITE { 1 } else { granted };
+                    // SAFETY: our CAS made us the granter of `count` blocks.
+                    return unsafe { self.take_granted(blocks, count) };
+                }
+                Err(actual) => state = actual,
+            }
+        }
+    }
+
+    /// Counts the group at the front of the first `waiting` queued blocks:
+    /// [`Group::WRITE`] for a write, else the number of consecutive reads.
+    ///
+    /// # Safety
+    /// The caller must be the only possible granter and `waiting` blocks must
+    /// be counted.
+    unsafe fn front_group(&self, blocks: &Pool<VarBlock>, waiting: u64) -> u64 {
+        // SAFETY: granter-owned field and counted blocks, per the caller.
+        unsafe {
+            let mut b = self.first_waiting.with(|p| *p);
+            let (_, write, mut next) = blocks.get(b).read();
+            if write {
+                return Group::WRITE;
+            }
+            let mut reads = 1;
+            while reads < waiting {
+                b = next;
+                let (_, write, n) = blocks.get(b).read();
+                if write {
+                    break;
+                }
+                next = n;
+                reads += 1;
+            }
+            reads
+        }
+    }
+
+    /// Advances `first_waiting` past `count` granted blocks and returns them.
+    ///
+    /// # Safety
+    /// The caller's CAS must just have granted the first `count` blocks.
+    unsafe fn take_granted<'a>(&self, blocks: &'a Pool<VarBlock>, count: u64) -> Granted<'a> {
+        // SAFETY: granter-owned field; the granted blocks are ours to read.
+        unsafe {
+            let first = self.first_waiting.with(|p| *p);
+            let mut b = first;
+            for _ in 0..count {
+                b = blocks.get(b).next.with(|p| *p);
+            }
+            // Must precede handing any granted operation on (module docs).
+            self.first_waiting.with_mut(|p| *p = b);
+            Granted { blocks, next: first, left: count }
+        }
+    }
+
+    /// Whether no access is granted or queued.
+    #[cfg(test)]
+    pub(crate) fn is_idle(&self) -> bool {
+        self.state.load(Ordering::Acquire) == 0
+    }
+}
+
+/// Names for [`VarQueue::front_group`]'s result.
+struct Group;
+
+impl Group {
+    /// The front group is a single write.
+    const WRITE: u64 = u64::MAX;
+}
+
+#[cfg(all(test, not(depengine_loom)))]
+mod tests {
+    use super::*;
+
+    fn queue(blocks: &Pool<VarBlock>) -> VarQueue {
+        let q = VarQueue::default();
+        // SAFETY: the queue is local to the test.
+        unsafe { q.reset(blocks) };
+        q
+    }
+
+    #[test]
+    fn reads_share_writes_wait_in_order() {
+        let blocks = Pool::new();
+        let q = queue(&blocks);
+        // SAFETY: single-threaded; every completion matches a granted access.
+        unsafe {
+            assert!(q.append(&blocks, 1, false), "first read granted");
+            assert!(q.append(&blocks, 2, false), "second read joins");
+            assert!(!q.append(&blocks, 3, true), "write waits for reads");
+            assert!(!q.append(&blocks, 4, false), "read waits for the write");
+            assert!(!q.append(&blocks, 5, false));
+            assert!(!q.append(&blocks, 6, true));
+            assert_eq!(q.complete_read(&blocks).collect::<Vec<_>>(), Vec::<u32>::new());
+            assert_eq!(q.complete_read(&blocks).collect::<Vec<_>>(), vec![3]);
+            assert_eq!(q.complete_write(&blocks).collect::<Vec<_>>(), vec![4, 5]);
+            assert!(!q.append(&blocks, 7, false), "read behind a queued write waits");
+            assert_eq!(q.complete_read(&blocks).collect::<Vec<_>>(), Vec::<u32>::new());
+            assert_eq!(q.complete_read(&blocks).collect::<Vec<_>>(), vec![6]);
+            assert_eq!(q.complete_write(&blocks).collect::<Vec<_>>(), vec![7]);
+            assert_eq!(q.complete_read(&blocks).collect::<Vec<_>>(), Vec::<u32>::new());
+            assert!(q.is_idle());
+            q.release(&blocks);
+        }
+        assert_eq!(blocks.live(), 0, "every block returned");
+    }
+}

@@ -1,0 +1,195 @@
+//! The blocking side of the engine: waiting for variables and for all work,
+//! and the engine-wide record of failures that `wait_all` reports.
+//!
+//! Waits block on futexes (atomic-wait), never on an OS mutex. A waiting
+//! thread first *helps*: while the executor has ready work it can run, it
+//! runs it instead of sleeping, so a push-then-wait round trip need not cross
+//! cores and a wait inside an operation body cannot starve the work it waits
+//! for. Only when there is nothing to help with does it spin briefly and
+//! then sleep.
+//!
+//! # Sleep protocol (no lost wake-up)
+//!
+//! A sleeper announces itself (SeqCst) and re-checks its condition before it
+//! sleeps; a waker changes the condition (SeqCst) and then looks for
+//! announced sleepers. By the SeqCst total order, either the sleeper's
+//! re-check sees the change or the waker sees the sleeper.
+
+use crate::error::OpError;
+use crate::sync::{futex_wait, futex_wake_all, spin_hint, AtomicPtr, AtomicU32, AtomicU64, Ordering, UnsafeCell};
+use crossbeam_utils::CachePadded;
+use std::sync::Arc;
+
+/// Spin iterations a waiter tries (helping or pausing) before it sleeps.
+const WAIT_SPINS: u32 = if cfg!(depengine_loom) { 1 } else { 2_000 };
+
+/// Counts operations pushed but not finished; `wait_all` sleeps on it.
+pub(crate) struct PendingCounter {
+    count: CachePadded<AtomicU64>,
+    epoch: AtomicU32,
+    sleepers: AtomicU32,
+}
+
+impl Default for PendingCounter {
+    fn default() -> Self {
+        PendingCounter {
+            count: CachePadded::new(AtomicU64::new(0)),
+            epoch: AtomicU32::new(0),
+            sleepers: AtomicU32::new(0),
+        }
+    }
+}
+
+impl PendingCounter {
+    #[inline]
+    pub(crate) fn add_one(&self) {
+        self.count.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// One operation finished; wakes `wait_all` sleepers when none remain.
+    #[inline]
+    pub(crate) fn done_one(&self) {
+        if self.count.fetch_sub(1, Ordering::SeqCst) == 1 && self.sleepers.load(Ordering::SeqCst) > 0 {
+            self.epoch.fetch_add(1, Ordering::Release);
+            futex_wake_all(&self.epoch);
+        }
+    }
+
+    #[inline]
+    pub(crate) fn get(&self) -> u64 {
+        self.count.load(Ordering::SeqCst)
+    }
+
+    /// Blocks until nothing is pending, running `help` while it finds work.
+    pub(crate) fn wait_zero(&self, mut help: impl FnMut() -> bool) {
+        let mut spins = 0;
+        while self.get() != 0 {
+            if help() {
+                spins = 0;
+                continue;
+            }
+            if spins < WAIT_SPINS {
+                spins += 1;
+                spin_hint();
+                continue;
+            }
+            let epoch = self.epoch.load(Ordering::Acquire);
+            self.sleepers.fetch_add(1, Ordering::SeqCst);
+            if self.get() != 0 {
+                futex_wait(&self.epoch, epoch);
+            }
+            self.sleepers.fetch_sub(1, Ordering::SeqCst);
+            spins = 0;
+        }
+    }
+}
+
+/// The rendezvous between a `wait_var` caller and its marker operation.
+/// Pooled; shared by the two until both have let go (`refs`).
+#[derive(Debug, Default)]
+pub(crate) struct WaitSlot {
+    /// `WAITING`, `SLEEPING` (the waiter is in the futex) or `DONE`.
+    state: AtomicU32,
+    refs: AtomicU32,
+    /// Written by the marker before `DONE`, read by the waiter after.
+    error: UnsafeCell<Option<Arc<OpError>>>,
+}
+
+// SAFETY: `error` is written by the marker before it publishes `DONE` and
+// read by the waiter after it observes `DONE` (release/acquire).
+unsafe impl Sync for WaitSlot {}
+
+const WAITING: u32 = 0;
+const SLEEPING: u32 = 1;
+const DONE: u32 = 2;
+
+impl WaitSlot {
+    /// Prepares a freshly taken slot: two references, not done.
+    pub(crate) fn arm(&self) {
+        self.state.store(WAITING, Ordering::Relaxed);
+        self.refs.store(2, Ordering::Relaxed);
+    }
+
+    /// The marker ran: hands the variable's failure (if any) to the waiter.
+    /// Returns whether the caller dropped the last reference.
+    pub(crate) fn deliver(&self, error: Option<Arc<OpError>>) -> bool {
+        // SAFETY: until `DONE` is published only the marker touches `error`.
+        unsafe { self.error.with_mut(|p| *p = error) };
+        if self.state.swap(DONE, Ordering::AcqRel) == SLEEPING {
+            futex_wake_all(&self.state);
+        }
+        self.release()
+    }
+
+    /// Blocks until delivered, running `help` while it finds work; returns
+    /// the delivered failure. Returns whether the caller dropped the last
+    /// reference alongside.
+    pub(crate) fn wait(&self, mut help: impl FnMut() -> bool) -> (Option<Arc<OpError>>, bool) {
+        let mut spins = 0;
+        loop {
+            let state = self.state.load(Ordering::Acquire);
+            if state == DONE {
+                break;
+            }
+            if help() {
+                spins = 0;
+                continue;
+            }
+            if spins < WAIT_SPINS {
+                spins += 1;
+                spin_hint();
+                continue;
+            }
+            if self.state.compare_exchange(WAITING, SLEEPING, Ordering::AcqRel, Ordering::Acquire).is_ok()
+                || state == SLEEPING
+            {
+                futex_wait(&self.state, SLEEPING);
+            }
+        }
+        // SAFETY: `DONE` was published with release after the marker's
+        // last write, and the marker never touches `error` again.
+        let error = unsafe { self.error.with_mut(|p| (*p).take()) };
+        (error, self.release())
+    }
+
+    fn release(&self) -> bool {
+        self.refs.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+}
+
+/// The first failure since the last `wait_all` (lock-free, set once).
+pub(crate) struct FirstError(AtomicPtr<OpError>);
+
+impl Default for FirstError {
+    fn default() -> Self {
+        FirstError(AtomicPtr::new(std::ptr::null_mut()))
+    }
+}
+
+impl FirstError {
+    /// Records `error` unless an earlier one is already held.
+    pub(crate) fn record(&self, error: &Arc<OpError>) {
+        if !self.0.load(Ordering::Acquire).is_null() {
+            return;
+        }
+        let raw = Arc::into_raw(error.clone()) as *mut OpError;
+        if self.0.compare_exchange(std::ptr::null_mut(), raw, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            // SAFETY: `raw` came from `Arc::into_raw` above and was not published.
+            drop(unsafe { Arc::from_raw(raw) });
+        }
+    }
+
+    /// Takes the recorded failure, leaving none.
+    pub(crate) fn take(&self) -> Option<Arc<OpError>> {
+        let raw = self.0.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        // SAFETY: a non-null pointer was published by `record` from
+        // `Arc::into_raw`, and the swap gave us its only copy.
+        (!raw.is_null()).then(|| unsafe { Arc::from_raw(raw) })
+    }
+}
+
+impl Drop for FirstError {
+    fn drop(&mut self) {
+        drop(self.take());
+    }
+}

@@ -1,0 +1,86 @@
+//! Helpers shared by the integration tests: engine lists, an event log that
+//! records the global order of body starts and ends, and a bounded wait.
+#![allow(dead_code, unreachable_pub)]
+
+use depengine::{Engine, EngineKind};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Every engine, with 2 CPU workers where the engine has workers.
+pub fn engines() -> Vec<Engine> {
+    EngineKind::ALL.iter().map(|&k| engine(k)).collect()
+}
+
+/// Engines that run bodies in parallel on workers.
+pub fn parallel_engines() -> Vec<Engine> {
+    EngineKind::ALL.iter().filter(|&&k| k != EngineKind::Naive).map(|&k| engine(k)).collect()
+}
+
+pub fn engine(kind: EngineKind) -> Engine {
+    Engine::builder().kind(kind).cpu_workers(2).build().expect("engine")
+}
+
+/// A log of events stamped with one global sequence number.
+#[derive(Clone, Default)]
+pub struct Log {
+    seq: Arc<AtomicU64>,
+    events: Arc<Mutex<Vec<(String, u64)>>>,
+}
+
+impl Log {
+    pub fn mark(&self, what: impl Into<String>) {
+        let s = self.seq.fetch_add(1, Ordering::SeqCst);
+        self.events.lock().unwrap().push((what.into(), s));
+    }
+
+    pub fn at(&self, what: &str) -> u64 {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(w, _)| w == what)
+            .unwrap_or_else(|| panic!("event {what} never happened"))
+            .1
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.events.lock().unwrap().iter().map(|(w, _)| w.clone()).collect()
+    }
+}
+
+/// Spins until `cond` holds; false after `limit` (so a broken rule fails
+/// the test instead of hanging it).
+pub fn eventually(limit: Duration, cond: impl Fn() -> bool) -> bool {
+    let start = Instant::now();
+    while !cond() {
+        if start.elapsed() > limit {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+    true
+}
+
+/// splitmix64, as in WORKLOADS.md.
+pub struct SplitMix(pub u64);
+
+impl SplitMix {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A value mixing function for the differential tests.
+pub fn mix(a: u64, b: u64) -> u64 {
+    let mut s = SplitMix(a ^ b.rotate_left(17));
+    s.next()
+}

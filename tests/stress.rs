@@ -134,12 +134,8 @@ fn stress(kind: EngineKind, threads: u64) {
             r.def.id, r.ticket
         );
     }
-    for v in 0..VARS {
-        assert_eq!(
-            replay[v].load(Ordering::Relaxed),
-            shared.cells[v].load(Ordering::Relaxed),
-            "{kind:?}: final value of var {v}"
-        );
+    for (v, (want, got)) in replay.iter().zip(&shared.cells).enumerate() {
+        assert_eq!(want.load(Ordering::Relaxed), got.load(Ordering::Relaxed), "{kind:?}: final value of var {v}");
     }
 }
 

@@ -76,6 +76,10 @@
 //! engine.push_sync(|_| println!("{:?}", &local), &[], &[]).unwrap();
 //! ```
 
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 mod completion;
 pub mod config;
 mod context;

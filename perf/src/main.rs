@@ -1,1 +1,337 @@
-fn main() {}
+//! `depengine-perf`: the standard workload table (`shared/WORKLOADS.md`) on
+//! every engine, optionally side by side with peer binaries in one run.
+//!
+//! ```text
+//! cargo run --release -p depengine-perf -- [options]
+//!   --engines naive,pooled     engines to run (default: all)
+//!   --workloads a,b,…          throughput workloads and/or pingpong (default: all)
+//!   --w 0,1000                 body weights (default: 0,1000)
+//!   --n N                      operations (default: 1,000,000 at W=0, 100,000 otherwise)
+//!   --reps R                   timed repetitions after one warm-up (default: 5)
+//!   --threads T                CPU workers (default: cores)
+//!   --spin-us S                worker spin before parking (default: the engine's)
+//!   --peer NAME=PATH           a peer binary from shared/peers/cxx (repeatable); it
+//!                              runs right after our engines on each row
+//!   --json PATH                also write the results as JSON
+//!   --quick                    N/100 and 2 repetitions (a smoke run)
+//! ```
+
+mod measure;
+mod workloads;
+
+use depengine::{Engine, EngineKind, Var};
+use measure::{allocations, machine, median, peak_rss_mb, reset_peak_rss, CountingAlloc};
+use std::fmt::Write as _;
+use std::process::Command;
+use std::time::{Duration, Instant};
+use workloads::{Workload, THROUGHPUT};
+
+#[global_allocator]
+static GLOBAL: CountingAlloc = CountingAlloc;
+
+struct Options {
+    engines: Vec<EngineKind>,
+    workloads: Vec<String>,
+    weights: Vec<u32>,
+    n: Option<usize>,
+    reps: usize,
+    threads: usize,
+    spin_us: Option<u64>,
+    peers: Vec<(String, String)>,
+    json: Option<String>,
+    quick: bool,
+}
+
+fn usage(msg: &str) -> ! {
+    eprintln!("depengine-perf: {msg}\n(see the header of perf/src/main.rs for the options)");
+    std::process::exit(2)
+}
+
+fn parse_args() -> Options {
+    let mut o = Options {
+        engines: EngineKind::ALL.to_vec(),
+        workloads: THROUGHPUT.iter().map(|s| s.to_string()).chain(["pingpong".to_string()]).collect(),
+        weights: vec![0, 1000],
+        n: None,
+        reps: 5,
+        threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        spin_us: None,
+        peers: Vec::new(),
+        json: None,
+        quick: false,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        let mut val = || args.next().unwrap_or_else(|| usage(&format!("{a} needs a value")));
+        match a.as_str() {
+            "--engines" => {
+                o.engines =
+                    val().split(',').map(|s| EngineKind::parse(s).unwrap_or_else(|e| usage(&e.to_string()))).collect()
+            }
+            "--workloads" => o.workloads = val().split(',').map(str::to_owned).collect(),
+            "--w" => o.weights = val().split(',').map(|s| s.parse().unwrap_or_else(|_| usage("bad --w"))).collect(),
+            "--n" => o.n = Some(val().parse().unwrap_or_else(|_| usage("bad --n"))),
+            "--reps" => o.reps = val().parse().unwrap_or_else(|_| usage("bad --reps")),
+            "--threads" => o.threads = val().parse().unwrap_or_else(|_| usage("bad --threads")),
+            "--spin-us" => o.spin_us = Some(val().parse().unwrap_or_else(|_| usage("bad --spin-us"))),
+            "--peer" => {
+                let v = val();
+                let (name, path) = v.split_once('=').unwrap_or_else(|| usage("--peer takes NAME=PATH"));
+                o.peers.push((name.to_owned(), path.to_owned()));
+            }
+            "--json" => o.json = Some(val()),
+            "--quick" => o.quick = true,
+            "-h" | "--help" => usage("help"),
+            other => usage(&format!("unknown option {other}")),
+        }
+    }
+    for w in &o.workloads {
+        if w != "pingpong" && !THROUGHPUT.contains(&w.as_str()) {
+            usage(&format!("unknown workload {w}"));
+        }
+    }
+    if o.quick {
+        o.reps = o.reps.min(2);
+    }
+    o
+}
+
+fn build_engine(kind: EngineKind, o: &Options) -> Engine {
+    let mut b = Engine::builder().kind(kind).cpu_workers(o.threads);
+    if let Some(us) = o.spin_us {
+        b = b.spin(Duration::from_micros(us));
+    }
+    b.build().expect("engine")
+}
+
+/// One row of the table.
+struct Row {
+    engine: String,
+    workload: String,
+    w: u32,
+    n: usize,
+    ns_per_op: f64,
+    allocs_per_op: Option<f64>,
+    rss_mb: Option<f64>,
+    pingpong: Option<[f64; 3]>,
+}
+
+fn throughput(kind: EngineKind, wl: &Workload, w: u32, o: &Options) -> Row {
+    let engine = build_engine(kind, o);
+    let vars: Vec<Var> = (0..wl.vars).map(|_| engine.new_var()).collect();
+    let mut times = Vec::new();
+    let mut allocs = Vec::new();
+    reset_peak_rss();
+    for rep in 0..=o.reps {
+        let a0 = allocations();
+        let t0 = Instant::now();
+        wl.push_all(&engine, &vars, w);
+        engine.wait_all().expect("workload failed");
+        let dt = t0.elapsed().as_nanos() as f64;
+        let da = (allocations() - a0) as f64;
+        if rep > 0 {
+            times.push(dt / wl.ops.len() as f64);
+            allocs.push(da / wl.ops.len() as f64);
+        }
+    }
+    Row {
+        engine: kind.name().to_owned(),
+        workload: wl.name.to_owned(),
+        w,
+        n: wl.ops.len(),
+        ns_per_op: median(&mut times),
+        allocs_per_op: Some(median(&mut allocs)),
+        rss_mb: peak_rss_mb(),
+        pingpong: None,
+    }
+}
+
+fn pingpong(kind: EngineKind, o: &Options) -> Row {
+    let engine = build_engine(kind, o);
+    let v = engine.new_var();
+    let count = if o.quick { 2_000 } else { 100_000 };
+    let mut pct: [Vec<f64>; 3] = Default::default();
+    let mut lat = Vec::with_capacity(count);
+    let a0 = allocations();
+    for rep in 0..=o.reps {
+        lat.clear();
+        for _ in 0..count {
+            let t0 = Instant::now();
+            engine.push_sync(|_| {}, &[], &[v]).expect("push");
+            engine.wait_var(v).expect("wait");
+            lat.push(t0.elapsed().as_nanos() as f64);
+        }
+        if rep > 0 {
+            lat.sort_by(|a, b| a.total_cmp(b));
+            for (k, q) in [0.5, 0.99, 0.999].into_iter().enumerate() {
+                pct[k].push(lat[((count as f64 * q) as usize).min(count - 1)]);
+            }
+        }
+    }
+    let allocs = (allocations() - a0) as f64 / (count * (o.reps + 1)) as f64;
+    Row {
+        engine: kind.name().to_owned(),
+        workload: "pingpong".into(),
+        w: 0,
+        n: count,
+        ns_per_op: median(&mut pct[0]),
+        allocs_per_op: Some(allocs),
+        rss_mb: peak_rss_mb(),
+        pingpong: Some([median(&mut pct[0]), median(&mut pct[1]), median(&mut pct[2])]),
+    }
+}
+
+/// Runs a peer binary (`shared/peers/cxx` harness) on one row.
+fn peer(name: &str, path: &str, workload: &str, w: u32, n: usize, o: &Options) -> Option<Row> {
+    let mut cmd = Command::new(path);
+    if workload == "pingpong" {
+        cmd.arg("pingpong");
+    } else {
+        cmd.args(["bench", workload, &w.to_string()]);
+    }
+    cmd.args(["--n", &n.to_string(), "--reps", &o.reps.to_string(), "--threads", &o.threads.to_string()]);
+    let out = match cmd.output() {
+        Ok(out) if out.status.success() => out,
+        Ok(out) => {
+            eprintln!("   peer {name} failed on {workload} W={w}: {}", String::from_utf8_lossy(&out.stderr).trim());
+            return None;
+        }
+        Err(e) => {
+            eprintln!("   peer {name} cannot run ({path}): {e}; skipped");
+            return None;
+        }
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().rev().find(|l| l.starts_with("RESULT"))?;
+    let field = |k: &str| -> Option<f64> {
+        line.split_whitespace().find_map(|f| f.strip_prefix(&format!("{k}="))).and_then(|v| v.parse().ok())
+    };
+    let pingpong =
+        (workload == "pingpong").then(|| Some([field("p50_ns")?, field("p99_ns")?, field("p999_ns")?])).flatten();
+    Some(Row {
+        engine: name.to_owned(),
+        workload: workload.to_owned(),
+        w,
+        n: field("n").map_or(n, |v| v as usize),
+        ns_per_op: pingpong.map_or_else(|| field("ns_per_op").unwrap_or(f64::NAN), |p| p[0]),
+        allocs_per_op: None,
+        rss_mb: None,
+        pingpong,
+    })
+}
+
+fn fmt_opt(v: Option<f64>, prec: usize) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{v:.prec$}"))
+}
+
+fn print_row(r: &Row) {
+    match r.pingpong {
+        Some([p50, p99, p999]) => println!(
+            "{:<12} {:<9} {:>6} {:>9} {:>10.0} {:>10.0} {:>10.0} {:>10} {:>8}",
+            r.engine,
+            r.workload,
+            "-",
+            r.n,
+            p50,
+            p99,
+            p999,
+            fmt_opt(r.allocs_per_op, 3),
+            fmt_opt(r.rss_mb, 0)
+        ),
+        None => println!(
+            "{:<12} {:<9} {:>6} {:>9} {:>10.1} {:>10.2} {:>10} {:>10} {:>8}",
+            r.engine,
+            r.workload,
+            r.w,
+            r.n,
+            r.ns_per_op,
+            1e3 / r.ns_per_op,
+            "",
+            fmt_opt(r.allocs_per_op, 3),
+            fmt_opt(r.rss_mb, 0)
+        ),
+    }
+}
+
+fn json(rows: &[Row], o: &Options) -> String {
+    let mut s = String::from("{\n");
+    let _ = writeln!(
+        s,
+        "  \"machine\": {:?},\n  \"threads\": {},\n  \"reps\": {},\n  \"rows\": [",
+        machine(),
+        o.threads,
+        o.reps
+    );
+    for (i, r) in rows.iter().enumerate() {
+        let num = |v: Option<f64>| v.filter(|v| v.is_finite()).map_or("null".to_owned(), |v| format!("{v:.3}"));
+        let _ = write!(
+            s,
+            "    {{\"engine\": {:?}, \"workload\": {:?}, \"w\": {}, \"n\": {}, \"ns_per_op\": {}, \"allocs_per_op\": {}, \"peak_rss_mb\": {}",
+            r.engine,
+            r.workload,
+            r.w,
+            r.n,
+            num(Some(r.ns_per_op)),
+            num(r.allocs_per_op),
+            num(r.rss_mb)
+        );
+        if let Some([a, b, c]) = r.pingpong {
+            let _ = write!(s, ", \"p50_ns\": {a:.0}, \"p99_ns\": {b:.0}, \"p999_ns\": {c:.0}");
+        }
+        s.push('}');
+        s.push_str(if i + 1 < rows.len() { ",\n" } else { "\n" });
+    }
+    s.push_str("  ]\n}\n");
+    s
+}
+
+fn main() {
+    let o = parse_args();
+    println!(
+        "depengine-perf — machine: {}; {} CPU workers; median of {} after 1 warm-up",
+        machine(),
+        o.threads,
+        o.reps
+    );
+    println!(
+        "{:<12} {:<9} {:>6} {:>9} {:>10} {:>10} {:>10} {:>10} {:>8}",
+        "engine", "workload", "W", "N", "ns/op|p50", "Mops/s|p99", "p99.9", "allocs/op", "RSS MB"
+    );
+    let mut rows = Vec::new();
+    for wl_name in &o.workloads {
+        if wl_name == "pingpong" {
+            for &kind in &o.engines {
+                let r = pingpong(kind, &o);
+                print_row(&r);
+                rows.push(r);
+            }
+            for (name, path) in &o.peers {
+                if let Some(r) = peer(name, path, "pingpong", 0, if o.quick { 2_000 } else { 100_000 }, &o) {
+                    print_row(&r);
+                    rows.push(r);
+                }
+            }
+            continue;
+        }
+        for &w in &o.weights {
+            let default_n = if w == 0 { 1_000_000 } else { 100_000 };
+            let n = o.n.unwrap_or(if o.quick { default_n / 100 } else { default_n });
+            let wl = Workload::build(wl_name, n).expect("workload");
+            for &kind in &o.engines {
+                let r = throughput(kind, &wl, w, &o);
+                print_row(&r);
+                rows.push(r);
+            }
+            for (name, path) in &o.peers {
+                if let Some(r) = peer(name, path, wl_name, w, n, &o) {
+                    print_row(&r);
+                    rows.push(r);
+                }
+            }
+        }
+    }
+    if let Some(path) = &o.json {
+        std::fs::write(path, json(&rows, &o)).unwrap_or_else(|e| eprintln!("cannot write {path}: {e}"));
+        println!("results written to {path}");
+    }
+}

@@ -1,0 +1,145 @@
+//! The standard workloads of `shared/WORKLOADS.md`, generated before the
+//! clock starts and pushed exactly as the peers push them.
+
+use depengine::{Engine, Var};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// splitmix64, seeded with 42 unless said otherwise.
+pub(crate) struct SplitMix(u64);
+
+impl SplitMix {
+    pub(crate) fn new(seed: u64) -> Self {
+        SplitMix(seed)
+    }
+
+    pub(crate) fn draw(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    pub(crate) fn uniform(&mut self, n: u64) -> u64 {
+        self.draw() % n
+    }
+}
+
+/// Where bodies store their result so that the work cannot be removed.
+static SINK: AtomicU64 = AtomicU64::new(0);
+
+/// The work body: `w` xorshift64 steps on `index + 1`.
+#[inline]
+pub(crate) fn work(index: u64, w: u32) {
+    if w == 0 {
+        return;
+    }
+    let mut x = index + 1;
+    for _ in 0..w {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x = black_box(x);
+    }
+    SINK.store(x, Ordering::Relaxed);
+}
+
+/// Every throughput workload.
+pub(crate) const THROUGHPUT: [&str; 6] = ["nodeps", "chain", "chains64", "fanout", "random", "layered"];
+
+/// One operation's variables (indices into the workload's variable list).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct OpVars {
+    nr: u8,
+    nw: u8,
+    vars: [u16; 5],
+}
+
+impl OpVars {
+    fn new(reads: &[u16], writes: &[u16]) -> Self {
+        let mut v = OpVars { nr: reads.len() as u8, nw: writes.len() as u8, vars: [0; 5] };
+        v.vars[..reads.len()].copy_from_slice(reads);
+        v.vars[reads.len()..reads.len() + writes.len()].copy_from_slice(writes);
+        v
+    }
+}
+
+/// A workload: how many variables, and each operation's reads and writes.
+pub(crate) struct Workload {
+    pub(crate) name: &'static str,
+    pub(crate) vars: usize,
+    pub(crate) ops: Vec<OpVars>,
+}
+
+impl Workload {
+    /// Builds workload `name` with `n` operations (as WORKLOADS.md defines).
+    pub(crate) fn build(name: &str, n: usize) -> Option<Workload> {
+        let (name, vars, ops): (&'static str, usize, Vec<OpVars>) = match name {
+            "nodeps" => ("nodeps", 0, vec![OpVars::default(); n]),
+            "chain" => ("chain", 1, vec![OpVars::new(&[], &[0]); n]),
+            "chains64" => ("chains64", 64, (0..n).map(|i| OpVars::new(&[], &[(i % 64) as u16])).collect()),
+            "fanout" => {
+                let ops = (0..n / 17)
+                    .flat_map(|_| {
+                        (0..17u16).map(|j| if j == 0 { OpVars::new(&[], &[0]) } else { OpVars::new(&[0], &[j]) })
+                    })
+                    .collect();
+                ("fanout", 17, ops)
+            }
+            "random" => {
+                let mut rng = SplitMix::new(42);
+                let ops = (0..n)
+                    .map(|_| {
+                        let nr = rng.uniform(4) as usize;
+                        let nw = 1 + rng.uniform(2) as usize;
+                        let mut picked: Vec<u16> = Vec::with_capacity(nr + nw);
+                        while picked.len() < nr + nw {
+                            let v = rng.uniform(256) as u16;
+                            if !picked.contains(&v) {
+                                picked.push(v);
+                            }
+                        }
+                        OpVars::new(&picked[..nr], &picked[nr..])
+                    })
+                    .collect();
+                ("random", 256, ops)
+            }
+            "layered" => {
+                let ops = (0..n / 64)
+                    .flat_map(|l| {
+                        (0..64u16).map(move |j| {
+                            let (p, q) = if l % 2 == 0 { (0u16, 64u16) } else { (64, 0) };
+                            if l == 0 {
+                                OpVars::new(&[], &[q + j])
+                            } else {
+                                OpVars::new(&[p + (j + 63) % 64, p + j, p + (j + 1) % 64], &[q + j])
+                            }
+                        })
+                    })
+                    .collect();
+                ("layered", 128, ops)
+            }
+            _ => return None,
+        };
+        Some(Workload { name, vars, ops })
+    }
+
+    /// Pushes every operation with body weight `w`.
+    pub(crate) fn push_all(&self, engine: &Engine, vars: &[Var], w: u32) {
+        for (i, op) in self.ops.iter().enumerate() {
+            let i = i as u64;
+            let Some(&first) = vars.first() else {
+                engine.push_sync(move |_| work(i, w), &[], &[]).expect("push");
+                continue;
+            };
+            let mut buf = [first; 5];
+            let n = (op.nr + op.nw) as usize;
+            for (slot, &v) in buf[..n].iter_mut().zip(&op.vars[..n]) {
+                *slot = vars[v as usize];
+            }
+            let (reads, writes) = buf[..n].split_at(op.nr as usize);
+            engine.push_sync(move |_| work(i, w), reads, writes).expect("push");
+        }
+    }
+}

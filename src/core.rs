@@ -199,7 +199,7 @@ impl Core {
             // Dekker pair with `Engine::shutdown`: it sets the flag, then
             // waits for `pending` to drain; we count first, then look.
             self.discard(op);
-            self.pending.done_one();
+            self.pending.done(1);
             return Err(EngineError::ShutDown);
         }
         let mut ready = ReadyList { head: NIL, tail: NIL };

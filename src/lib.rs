@@ -97,6 +97,7 @@ mod sync;
 mod var;
 mod var_queue;
 mod wait;
+mod worker_batch;
 
 pub use crate::completion::Completion;
 pub use crate::config::{EngineBuilder, EngineKind};

@@ -227,7 +227,6 @@ impl Core {
             block.deps.with_mut(|d| (*d).clear());
             block.meta_mut().rejected = None;
         }
-        self.oprs.give(op);
-        self.pending.done_one();
+        self.retire(op);
     }
 }

@@ -46,10 +46,10 @@ impl PendingCounter {
         self.count.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// One operation finished; wakes `wait_all` sleepers when none remain.
+    /// `n` operations finished; wakes `wait_all` sleepers when none remain.
     #[inline]
-    pub(crate) fn done_one(&self) {
-        if self.count.fetch_sub(1, Ordering::SeqCst) == 1 && self.sleepers.load(Ordering::SeqCst) > 0 {
+    pub(crate) fn done(&self, n: u64) {
+        if self.count.fetch_sub(n, Ordering::SeqCst) == n && self.sleepers.load(Ordering::SeqCst) > 0 {
             self.epoch.fetch_add(1, Ordering::Release);
             futex_wake_all(&self.epoch);
         }

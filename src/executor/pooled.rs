@@ -102,19 +102,30 @@ impl WorkerPool {
     fn work(&self, core: &Core, id: usize) {
         POOL.with(|p| p.set(self));
         WORKER_ID.with(|w| w.set(Some(id)));
+        core.enter_worker();
         loop {
             if let Some(op) = self.next_ready() {
                 core.run(op, Some(id));
                 continue;
             }
-            if self.spin_for_work() {
-                continue;
+            core.flush_worker_batch();
+            if self.sleep.try_start_spinning() {
+                let found = self.spin_for_work();
+                self.sleep.stop_spinning();
+                if found {
+                    // More than the one we will take: another worker may help.
+                    if self.ring.len() > 1 {
+                        self.sleep.notify_one();
+                    }
+                    continue;
+                }
             }
             if self.stop.load(Ordering::Acquire) {
                 break;
             }
             self.sleep.park(|| !self.ring.is_empty() || self.stop.load(Ordering::SeqCst));
         }
+        core.leave_worker();
         POOL.with(|p| p.set(std::ptr::null()));
     }
 }

@@ -87,6 +87,12 @@ impl ReadyRing {
         }
     }
 
+    /// How many operations the ring holds (a hint: it may change at once).
+    pub(crate) fn len(&self) -> usize {
+        let head = self.head.load(Ordering::SeqCst);
+        self.tail.load(Ordering::SeqCst).saturating_sub(head)
+    }
+
     /// Whether the ring looks empty (a hint: it may change at once).
     pub(crate) fn is_empty(&self) -> bool {
         self.head.load(Ordering::SeqCst) >= self.tail.load(Ordering::SeqCst)

@@ -1,0 +1,78 @@
+//! Per-worker batching of the shared bookkeeping that ends an operation.
+//!
+//! Finishing an operation gives its block back to the pool and decrements
+//! the engine's pending count: two writes to cache lines that the pushing
+//! thread also writes for every push. A worker thread instead collects both
+//! locally and publishes them every [`BATCH_LEN`] operations and whenever it
+//! runs out of work, so those lines cross cores once per batch.
+//!
+//! Batching only delays: a block is given back and an operation counted as
+//! finished later than it could be, never earlier, so `wait_all` still
+//! returns only once everything has finished (a worker flushes before it
+//! idles, so the delay is bounded by the work it is doing).
+
+use crate::core::Core;
+use crate::pool::GiveBatch;
+use std::cell::Cell;
+
+/// Operations a worker retires before publishing them.
+const BATCH_LEN: u32 = 32;
+
+#[derive(Clone, Copy)]
+struct WorkerBatch {
+    /// The core this thread works for (null: not a worker, no batching).
+    core: *const Core,
+    blocks: GiveBatch,
+    done: u64,
+}
+
+thread_local! {
+    static BATCH: Cell<WorkerBatch> =
+        const { Cell::new(WorkerBatch { core: std::ptr::null(), blocks: GiveBatch::EMPTY, done: 0 }) };
+}
+
+impl Core {
+    /// Makes the calling thread a batching worker of this core.
+    pub(crate) fn enter_worker(&self) {
+        BATCH.with(|b| b.set(WorkerBatch { core: self, blocks: GiveBatch::EMPTY, done: 0 }));
+    }
+
+    /// Publishes this worker's batch (before it idles or exits).
+    pub(crate) fn flush_worker_batch(&self) {
+        BATCH.with(|cell| {
+            let mut b = cell.get();
+            if std::ptr::eq(b.core, self) && b.done > 0 {
+                b.blocks.flush(&self.oprs);
+                self.pending.done(b.done);
+                b.done = 0;
+                cell.set(b);
+            }
+        });
+    }
+
+    /// Publishes the batch and stops batching on this thread.
+    pub(crate) fn leave_worker(&self) {
+        self.flush_worker_batch();
+        BATCH.with(|b| b.set(WorkerBatch { core: std::ptr::null(), blocks: GiveBatch::EMPTY, done: 0 }));
+    }
+
+    /// Gives a finished operation's block back and counts it as finished —
+    /// batched on this core's workers, at once elsewhere.
+    pub(crate) fn retire(&self, op: u32) {
+        BATCH.with(|cell| {
+            let mut b = cell.get();
+            if !std::ptr::eq(b.core, self) {
+                self.oprs.give(op);
+                self.pending.done(1);
+                return;
+            }
+            b.done += 1;
+            if b.blocks.add(&self.oprs, op) >= BATCH_LEN {
+                b.blocks.flush(&self.oprs);
+                self.pending.done(b.done);
+                b.done = 0;
+            }
+            cell.set(b);
+        });
+    }
+}

@@ -8,6 +8,7 @@
 //!        ─► every var granted? ─► Executor::schedule ─► Core::run (run.rs)
 //! ```
 
+use crate::bulk::BulkBuf;
 use crate::context::{Context, PushOpts};
 use crate::dispatch::Dispatcher;
 use crate::error::{EngineError, OpError};
@@ -43,6 +44,7 @@ pub(crate) struct Core {
     pub(crate) blocks: Pool<VarBlock>,
     pub(crate) vars: Pool<VarSlot>,
     pub(crate) waits: Pool<WaitSlot>,
+    pub(crate) bulks: Pool<BulkBuf>,
     pub(crate) dispatcher: Dispatcher,
     pub(crate) executor: Box<dyn Executor>,
     pub(crate) pending: PendingCounter,
@@ -59,6 +61,7 @@ impl Core {
             blocks: Pool::new(),
             vars: Pool::new(),
             waits: Pool::new(),
+            bulks: Pool::new(),
             dispatcher: Dispatcher::default(),
             executor,
             pending: PendingCounter::default(),
@@ -145,6 +148,8 @@ impl Core {
         opts: &PushOpts,
         kind: OprKind,
     ) -> Result<(), EngineError> {
+        // Keep this thread's order: its bulked pushes go first.
+        crate::bulk::flush_for(self)?;
         self.check_ctx(opts.ctx)?;
         let op = self.oprs.take();
         let block = self.oprs.get(op);

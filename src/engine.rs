@@ -133,7 +133,42 @@ impl Engine {
         F: FnOnce(&RunContext) -> R + Send + 'static,
         R: OpOutput,
     {
-        self.core.push(Body::OneShot(InlineFn::new_sync(body)), false, reads, writes, &opts, OprKind::User)
+        let body = InlineFn::new_sync(body);
+        match crate::bulk::try_add(&self.core, body, reads, writes, &opts)? {
+            Some(body) => self.core.push(Body::OneShot(body), false, reads, writes, &opts, OprKind::User),
+            None => Ok(()),
+        }
+    }
+
+    /// Sets this thread's bulk size (MXNet's `set_bulk_size`): from now on up
+    /// to `size` consecutive synchronous `Normal` CPU pushes from this thread
+    /// are fused into one operation (see [`flush_bulk`](Self::flush_bulk)
+    /// for when a bulk is pushed). `0` or `1` turns bulking off. Returns the
+    /// previous size.
+    ///
+    /// A fused operation fails, or is skipped, as a whole; each member's
+    /// closure still runs once, in push order.
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().build().unwrap();
+    /// let v = engine.new_var();
+    /// engine.set_bulk_size(16).unwrap();
+    /// for _ in 0..100 {
+    ///     engine.push_sync(|_| {}, &[], &[v]).unwrap();
+    /// }
+    /// engine.wait_var(v).unwrap(); // a wait flushes the open bulk
+    /// engine.set_bulk_size(0).unwrap();
+    /// assert_eq!(engine.var_version(v).unwrap(), 7); // 6 full bulks + 1 partial
+    /// ```
+    pub fn set_bulk_size(&self, size: usize) -> Result<usize, EngineError> {
+        crate::bulk::set_size(size)
+    }
+
+    /// Pushes this thread's open bulk now. A bulk is also pushed when it
+    /// reaches the bulk size, on any wait or other push to this engine from
+    /// this thread, on a context change, and when the size changes.
+    pub fn flush_bulk(&self) -> Result<(), EngineError> {
+        crate::bulk::flush_for(&self.core)
     }
 
     /// Pushes an asynchronous `body`: it receives a [`Completion`] and the
@@ -263,6 +298,7 @@ impl Engine {
         if self.core.would_deadlock(None) {
             return Err(EngineError::WaitWouldDeadlock);
         }
+        self.flush_bulk()?;
         self.core.wait_all();
         self.core.first_error.take().map_or(Ok(()), |e| Err(EngineError::OpFailed(e)))
     }
@@ -302,6 +338,7 @@ impl Engine {
         if self.core.would_deadlock(None) {
             return Err(EngineError::WaitWouldDeadlock);
         }
+        let _ = self.flush_bulk();
         if cancel {
             self.core.cancelling.store(true, Ordering::SeqCst);
         }

@@ -80,6 +80,7 @@
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
+mod bulk;
 mod completion;
 pub mod config;
 mod context;

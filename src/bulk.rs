@@ -1,0 +1,239 @@
+//! Bulking (MXNet's `set_bulk_size`): consecutive small synchronous CPU
+//! pushes from one thread are fused into one engine operation.
+//!
+//! While a thread's bulk size is above 1, each bulkable push (synchronous,
+//! `Normal`, CPU, without `no_skip`) only appends its closure and variables
+//! to the thread's *open bulk*. The bulk is pushed as one operation — the
+//! union of the variable sets (a variable written by any member is written),
+//! bodies run in push order — when it reaches the size, when the thread
+//! waits, pushes anything else to the same engine, changes context, calls
+//! [`Engine::flush_bulk`](crate::Engine::flush_bulk), or changes the size.
+//! So the thread's own push order is kept, and a wait sees everything.
+//!
+//! Failure granularity is the bulk's: a member that fails stops the bulk
+//! (later members do not run) and every variable the bulk writes records the
+//! failure; a bulk whose union of reads holds a failure is skipped whole.
+//!
+//! The closures and variable lists live in a [`BulkBuf`] taken from the
+//! engine's pool and given back when the fused operation ends, so bulking
+//! allocates nothing once the buffers have grown to the bulk size.
+//!
+//! A thread must flush before it exits (any wait does): a bulk still open
+//! when its thread ends is dropped unrun, and that is reported on stderr.
+
+use crate::context::{Context, FnProperty, PushOpts, RunContext};
+use crate::core::Core;
+use crate::error::EngineError;
+use crate::inline_fn::{InlineFn, Outcome};
+use crate::opr::{Body, OprKind};
+use crate::sync::UnsafeCell;
+use crate::var::Var;
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+
+/// The pooled storage of one bulk.
+#[derive(Default)]
+pub(crate) struct BulkBuf {
+    bodies: UnsafeCell<Vec<InlineFn>>,
+    reads: UnsafeCell<Vec<Var>>,
+    writes: UnsafeCell<Vec<Var>>,
+}
+
+// SAFETY: a buffer has one owner at a time: the thread whose bulk is open,
+// then (handed over by the push, a release/acquire hand-off) the fused
+// operation's runner, until it gives the buffer back to the pool.
+unsafe impl Sync for BulkBuf {}
+
+struct OpenBulk {
+    core: Arc<Core>,
+    buf: u32,
+    count: usize,
+    ctx: Context,
+}
+
+#[derive(Default)]
+struct BulkState {
+    size: usize,
+    open: Option<OpenBulk>,
+}
+
+impl Drop for BulkState {
+    fn drop(&mut self) {
+        if let Some(open) = self.open.take() {
+            eprintln!(
+                "depengine: a thread exited with {} bulked operations never flushed; they were dropped",
+                open.count
+            );
+            BulkHandle { core: Arc::as_ptr(&open.core), buf: open.buf }.release();
+        }
+    }
+}
+
+thread_local! {
+    static BULK: RefCell<BulkState> = RefCell::new(BulkState::default());
+    /// Mirrors `BULK.size > 1 || BULK.open.is_some()`: the one check an
+    /// unbulked push pays.
+    static ACTIVE: Cell<bool> = const { Cell::new(false) };
+}
+
+fn refresh_active(state: &BulkState) {
+    ACTIVE.with(|a| a.set(state.size > 1 || state.open.is_some()));
+}
+
+/// Owns a pushed bulk's buffer; gives it back when dropped (after running,
+/// or unrun when the fused operation is skipped or cancelled).
+struct BulkHandle {
+    core: *const Core,
+    buf: u32,
+}
+
+// SAFETY: the core outlives its pending operations (shutdown waits for
+// them), and the buffer is owned by this handle.
+unsafe impl Send for BulkHandle {}
+
+impl BulkHandle {
+    fn core(&self) -> &Core {
+        // SAFETY: see the `Send` impl.
+        unsafe { &*self.core }
+    }
+
+    /// Runs the members in push order, stopping at the first failure.
+    fn run(&self, ctx: &RunContext) -> Outcome {
+        let buf = self.core().bulks.get(self.buf);
+        // SAFETY: the fused operation's runner owns the buffer.
+        let bodies = unsafe { &mut *buf.bodies.with_mut(|p| p) };
+        bodies.iter_mut().try_for_each(|body| body.invoke(ctx, None))
+    }
+
+    fn release(&self) {
+        let buf = self.core().bulks.get(self.buf);
+        // SAFETY: this handle owns the buffer until it is given back here.
+        unsafe {
+            buf.bodies.with_mut(|b| (*b).clear());
+            buf.reads.with_mut(|r| (*r).clear());
+            buf.writes.with_mut(|w| (*w).clear());
+        }
+        self.core().bulks.give(self.buf);
+    }
+}
+
+impl Drop for BulkHandle {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// Whether a push with these options may join a bulk.
+fn bulkable(opts: &PushOpts) -> bool {
+    opts.prop == FnProperty::Normal && !opts.ctx.is_gpu() && !opts.no_skip
+}
+
+/// Sets this thread's bulk size (≤ 1 turns bulking off, flushing first);
+/// returns the previous size.
+pub(crate) fn set_size(size: usize) -> Result<usize, EngineError> {
+    let previous = BULK.with(|b| {
+        let mut b = b.borrow_mut();
+        let previous = std::mem::replace(&mut b.size, size);
+        refresh_active(&b);
+        previous
+    });
+    if size <= 1 {
+        flush_any()?;
+    }
+    Ok(previous)
+}
+
+/// Pushes this thread's open bulk, whatever its engine.
+fn flush_any() -> Result<(), EngineError> {
+    let open = BULK.with(|b| {
+        let mut b = b.borrow_mut();
+        let open = b.open.take();
+        refresh_active(&b);
+        open
+    });
+    open.map_or(Ok(()), push_bulk)
+}
+
+/// Pushes this thread's open bulk if it belongs to `core`.
+#[inline]
+pub(crate) fn flush_for(core: &Core) -> Result<(), EngineError> {
+    if !ACTIVE.with(|a| a.get()) {
+        return Ok(());
+    }
+    let open = BULK.with(|b| {
+        let mut b = b.borrow_mut();
+        let open = if b.open.as_ref().is_some_and(|o| std::ptr::eq(Arc::as_ptr(&o.core), core)) {
+            b.open.take()
+        } else {
+            None
+        };
+        refresh_active(&b);
+        open
+    });
+    open.map_or(Ok(()), push_bulk)
+}
+
+fn push_bulk(open: OpenBulk) -> Result<(), EngineError> {
+    let core = &*open.core;
+    let handle = BulkHandle { core, buf: open.buf };
+    let buf = core.bulks.get(open.buf);
+    // SAFETY: the open bulk's thread (us) owns the buffer until the push
+    // below hands the handle to the fused operation.
+    let (reads, writes) = unsafe { (&*buf.reads.with(|r| r), &*buf.writes.with(|w| w)) };
+    let body = Body::OneShot(InlineFn::new_sync(move |ctx: &RunContext| handle.run(ctx)));
+    let opts = PushOpts::new().ctx(open.ctx).name("bulk");
+    core.push(body, false, reads, writes, &opts, OprKind::User)
+}
+
+/// Adds a synchronous push to this thread's bulk if bulking is on and the
+/// push qualifies; otherwise hands the body back for a normal push.
+pub(crate) fn try_add(
+    core: &Arc<Core>,
+    body: InlineFn,
+    reads: &[Var],
+    writes: &[Var],
+    opts: &PushOpts,
+) -> Result<Option<InlineFn>, EngineError> {
+    if !ACTIVE.with(|a| a.get()) || !bulkable(opts) {
+        return Ok(Some(body));
+    }
+    let size = BULK.with(|b| b.borrow().size);
+    if size <= 1 {
+        return Ok(Some(body));
+    }
+    for &v in reads.iter().chain(writes) {
+        core.slot_of(v)?;
+    }
+    // A different engine or context starts a new bulk.
+    let stale = BULK.with(|b| {
+        let mut b = b.borrow_mut();
+        match &b.open {
+            Some(o) if !Arc::ptr_eq(&o.core, core) || o.ctx != opts.ctx => b.open.take(),
+            _ => None,
+        }
+    });
+    if let Some(stale) = stale {
+        push_bulk(stale)?;
+    }
+    let full = BULK.with(|b| {
+        let mut b = b.borrow_mut();
+        let open = b.open.get_or_insert_with(|| OpenBulk {
+            core: core.clone(),
+            buf: core.bulks.take(),
+            count: 0,
+            ctx: opts.ctx,
+        });
+        let buf = core.bulks.get(open.buf);
+        // SAFETY: the open bulk's buffer belongs to this thread.
+        unsafe {
+            buf.bodies.with_mut(|v| (*v).push(body));
+            buf.reads.with_mut(|v| (*v).extend_from_slice(reads));
+            buf.writes.with_mut(|v| (*v).extend_from_slice(writes));
+        }
+        open.count += 1;
+        let full = if open.count >= size { b.open.take() } else { None };
+        refresh_active(&b);
+        full
+    });
+    full.map_or(Ok(None), |open| push_bulk(open).map(|()| None))
+}

@@ -197,26 +197,31 @@ pub(crate) fn try_add(
     if !ACTIVE.with(|a| a.get()) || !bulkable(opts) {
         return Ok(Some(body));
     }
-    let size = BULK.with(|b| b.borrow().size);
-    if size <= 1 {
-        return Ok(Some(body));
-    }
     for &v in reads.iter().chain(writes) {
         core.slot_of(v)?;
     }
-    // A different engine or context starts a new bulk.
-    let stale = BULK.with(|b| {
-        let mut b = b.borrow_mut();
-        match &b.open {
+    // A different engine or context starts a new bulk: push the old one
+    // first (and before opening the new one, which that push would flush).
+    let stale = BULK.with(|cell| {
+        let mut b = cell.borrow_mut();
+        let stale = match &b.open {
             Some(o) if !Arc::ptr_eq(&o.core, core) || o.ctx != opts.ctx => b.open.take(),
             _ => None,
-        }
+        };
+        refresh_active(&b);
+        stale
     });
     if let Some(stale) = stale {
         push_bulk(stale)?;
     }
-    let full = BULK.with(|b| {
-        let mut b = b.borrow_mut();
+    // The pushes happen after the borrow ends (a push flushes, which
+    // borrows again).
+    let (body, full) = BULK.with(|cell| {
+        let mut b = cell.borrow_mut();
+        if b.size <= 1 {
+            return (Some(body), None);
+        }
+        let size = b.size;
         let open = b.open.get_or_insert_with(|| OpenBulk {
             core: core.clone(),
             buf: core.bulks.take(),
@@ -233,7 +238,10 @@ pub(crate) fn try_add(
         open.count += 1;
         let full = if open.count >= size { b.open.take() } else { None };
         refresh_active(&b);
-        full
+        (None, full)
     });
-    full.map_or(Ok(None), |open| push_bulk(open).map(|()| None))
+    if let Some(full) = full {
+        push_bulk(full)?;
+    }
+    Ok(body)
 }

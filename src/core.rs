@@ -153,6 +153,8 @@ impl Core {
         self.check_ctx(opts.ctx)?;
         let op = self.oprs.take();
         let block = self.oprs.get(op);
+        #[cfg(debug_assertions)]
+        block.transition(op, crate::opr::phase::FREE, crate::opr::phase::FILLED);
         // SAFETY: the block was just taken: the pusher owns it (phase 1).
         let filled = unsafe {
             block.deps.with_mut(|deps| {
@@ -182,6 +184,8 @@ impl Core {
             })
         };
         if let Err(e) = filled {
+            #[cfg(debug_assertions)]
+            block.transition(op, crate::opr::phase::FILLED, crate::opr::phase::FREE);
             self.oprs.give(op);
             return Err(e);
         }
@@ -197,25 +201,54 @@ impl Core {
         self.submit(op)
     }
 
-    /// Counts the operation as pending and hands it to the dispatcher.
+    /// Hands the operation to the dispatcher (which counts it as pending
+    /// when it stamps its ticket).
     fn submit(&self, op: u32) -> Result<(), EngineError> {
-        self.pending.add_one();
-        if self.shutting_down.load(Ordering::SeqCst) {
-            // Dekker pair with `Engine::shutdown`: it sets the flag, then
-            // waits for `pending` to drain; we count first, then look.
+        if self.shutting_down.load(Ordering::Relaxed) {
             self.discard(op);
-            self.pending.done(1);
             return Err(EngineError::ShutDown);
         }
         let mut ready = ReadyList { head: NIL, tail: NIL };
         self.dispatcher.submit(&self.oprs, op, |op, ticket| self.dispatch(op, ticket, &mut ready));
+        self.schedule_list(ready);
+        Ok(())
+    }
+
+    /// Schedules what a combining pass found ready (after it let go).
+    fn schedule_list(&self, ready: ReadyList) {
         let mut op = ready.head;
         while op != NIL {
             let next = self.oprs.get(op).link.load(Ordering::Relaxed);
             self.schedule(op);
             op = next;
         }
-        Ok(())
+    }
+
+    /// Dispatches everything submitted so far; `then` runs while combining,
+    /// between two dispatches.
+    fn flush_dispatcher(&self, then: impl FnOnce()) {
+        let mut ready = ReadyList { head: NIL, tail: NIL };
+        self.dispatcher.flush(&self.oprs, |op, ticket| self.dispatch(op, ticket, &mut ready), then);
+        self.schedule_list(ready);
+    }
+
+    /// Closes the engine to new work: every operation dispatched after this
+    /// is rejected. Returns whether this call closed it.
+    pub(crate) fn close(&self) -> bool {
+        let mut closed_now = false;
+        self.flush_dispatcher(|| closed_now = !self.shutting_down.swap(true, Ordering::SeqCst));
+        closed_now
+    }
+
+    /// Operations dispatched and not finished.
+    pub(crate) fn pending(&self) -> u64 {
+        self.pending.pending(self.dispatcher.dispatched())
+    }
+
+    /// Counts `n` operations as finished.
+    #[inline]
+    pub(crate) fn count_finished(&self, n: u64) {
+        self.pending.done(n, || self.dispatcher.dispatched());
     }
 
     /// Gives back a block that was filled but never dispatched.
@@ -223,6 +256,8 @@ impl Core {
         let block = self.oprs.get(op);
         // SAFETY: never published, still exclusively ours.
         unsafe { block.body.with_mut(|b| *b = Body::Empty) };
+        #[cfg(debug_assertions)]
+        block.transition(op, crate::opr::phase::FILLED, crate::opr::phase::FREE);
         self.oprs.give(op);
     }
 
@@ -232,6 +267,8 @@ impl Core {
     /// to `ready` if every variable granted it at once.
     fn dispatch(&self, op: u32, ticket: u64, ready: &mut ReadyList) {
         let block = self.oprs.get(op);
+        #[cfg(debug_assertions)]
+        block.transition(op, crate::opr::phase::FILLED, crate::opr::phase::DISPATCHED);
         // SAFETY: phase 2: the combiner owns meta and reads deps; granters
         // touch only `wait` until the guard below is released.
         unsafe {
@@ -239,9 +276,11 @@ impl Core {
             meta.ticket = ticket;
             let deps = block.dep_slice();
             let live = deps.iter().all(|d| self.vars.get(d.slot).dispatchable(d.gen));
-            if !live {
-                // A variable's deletion was linearized before this operation.
-                meta.rejected = Some(OpError::new(meta.opts.name, "uses a deleted variable"));
+            if !live || self.shutting_down.load(Ordering::Relaxed) {
+                // A variable's deletion, or the engine's closing, was
+                // linearized before this operation.
+                let why = if live { "pushed while the engine shut down" } else { "uses a deleted variable" };
+                meta.rejected = Some(OpError::new(meta.opts.name, why));
                 block.wait.store(0, Ordering::Relaxed);
                 ready.push(&self.oprs, op);
                 return;
@@ -258,7 +297,9 @@ impl Core {
                     granted += 1;
                 }
             }
-            if block.wait.fetch_sub(granted, Ordering::AcqRel) == granted {
+            // Granted by every variable at once: no granter can touch `wait`,
+            // so the operation is ready without a locked instruction.
+            if granted == deps.len() as u32 + 1 || block.wait.fetch_sub(granted, Ordering::AcqRel) == granted {
                 ready.push(&self.oprs, op);
             }
         }
@@ -274,14 +315,16 @@ impl Core {
         }
     }
 
-    /// `op` is ready: wait markers complete on the spot (engine code only),
-    /// everything else goes to the executor.
+    /// `op` is ready: wait markers and rejected operations complete on the
+    /// spot (engine code only, and the executor may be stopping), everything
+    /// else goes to the executor.
     pub(crate) fn schedule(&self, op: u32) {
         // SAFETY: a ready block is owned by whoever schedules it (phase 3).
         let meta = unsafe { self.oprs.get(op).meta() };
-        match meta.kind {
-            OprKind::Wait(_) => self.run(op, None),
-            _ => self.executor.schedule(self, op, meta.opts.prop),
+        if matches!(meta.kind, OprKind::Wait(_)) || meta.rejected.is_some() {
+            self.run(op, None);
+        } else {
+            self.executor.schedule(self, op, meta.opts.prop);
         }
     }
 
@@ -302,7 +345,8 @@ impl Core {
 
     /// Blocks until everything pushed so far has finished.
     pub(crate) fn wait_all(&self) {
-        self.pending.wait_zero(|| self.executor.help(self));
+        self.flush_dispatcher(|| {});
+        self.pending.wait_zero(|| self.dispatcher.dispatched(), || self.executor.help(self));
     }
 
     /// Pushes a marker reading (or writing) `var` and blocks until it runs;

@@ -31,26 +31,25 @@
 
 use crate::opr::OprBlock;
 use crate::pool::{Pool, NIL};
-use crate::sync::{fence, AtomicU32, Ordering, UnsafeCell};
+use crate::sync::{fence, spin_hint, AtomicU32, AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
 
 /// The combining dispatcher (see the module docs).
 pub(crate) struct Dispatcher {
     busy: CachePadded<AtomicU32>,
     stack: CachePadded<AtomicU32>,
-    /// Combiner-owned: the next ticket to stamp.
-    next_ticket: UnsafeCell<u64>,
+    /// The next ticket to stamp, which is also the number of operations
+    /// dispatched so far. Written only by the combiner (a plain load and
+    /// store: no locked instruction), read by anyone.
+    next_ticket: CachePadded<AtomicU64>,
 }
-
-// SAFETY: `next_ticket` is touched only by the holder of `busy`.
-unsafe impl Sync for Dispatcher {}
 
 impl Default for Dispatcher {
     fn default() -> Self {
         Dispatcher {
             busy: CachePadded::new(AtomicU32::new(0)),
             stack: CachePadded::new(AtomicU32::new(NIL)),
-            next_ticket: UnsafeCell::new(0),
+            next_ticket: CachePadded::new(AtomicU64::new(0)),
         }
     }
 }
@@ -86,16 +85,37 @@ impl Dispatcher {
 
     #[inline(always)]
     fn stamp(&self, op: u32, dispatch: &mut impl FnMut(u32, u64)) {
-        // SAFETY: only the combiner (holder of `busy`) touches the counter,
-        // and `busy`'s acquire/release orders successive combiners.
-        let ticket = unsafe {
-            self.next_ticket.with_mut(|t| {
-                let ticket = *t;
-                *t += 1;
-                ticket
-            })
-        };
+        // Only the combiner writes the counter, and `busy`'s acquire/release
+        // orders successive combiners, so load + store cannot lose a count.
+        let ticket = self.next_ticket.load(Ordering::Relaxed);
+        self.next_ticket.store(ticket + 1, Ordering::Release);
         dispatch(op, ticket);
+    }
+
+    /// Operations dispatched so far (every operation submitted before this
+    /// call, once [`flush`](Self::flush) has returned).
+    #[inline]
+    pub(crate) fn dispatched(&self) -> u64 {
+        self.next_ticket.load(Ordering::SeqCst)
+    }
+
+    /// Becomes the combiner (waiting for the current one, which runs no user
+    /// code and so finishes soon) and dispatches everything submitted so
+    /// far; then `then` runs while still combining (used to close the
+    /// engine between two dispatches).
+    pub(crate) fn flush(&self, oprs: &Pool<OprBlock>, mut dispatch: impl FnMut(u32, u64), then: impl FnOnce()) {
+        let mut spins = 0u32;
+        while self.busy.compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            spins += 1;
+            if spins % 64 == 0 {
+                std::thread::yield_now();
+            } else {
+                spin_hint();
+            }
+        }
+        self.drain(oprs, &mut dispatch);
+        then();
+        self.release(oprs, &mut dispatch);
     }
 
     /// Dispatches everything on the stack, oldest first. Combiner only.

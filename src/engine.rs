@@ -307,7 +307,7 @@ impl Engine {
 
     /// Operations pushed and not yet finished.
     pub fn pending(&self) -> u64 {
-        self.core.pending.get()
+        self.core.pending()
     }
 
     /// Pool occupancy (exact when idle): live blocks are the leak check.
@@ -345,14 +345,13 @@ impl Engine {
         if self.core.shutting_down.load(Ordering::SeqCst) {
             return Ok(());
         }
-        // Let running work push its continuations, then close the door and
-        // drain whatever slipped in before it closed.
+        // Let running work push its continuations, then close the door
+        // (between two dispatches) and drain what was dispatched before it.
         self.core.wait_all();
-        if self.core.shutting_down.swap(true, Ordering::SeqCst) {
-            return Ok(());
+        if self.core.close() {
+            self.core.wait_all();
+            self.core.executor.stop();
         }
-        self.core.wait_all();
-        self.core.executor.stop();
         Ok(())
     }
 }

@@ -157,6 +157,9 @@ pub(crate) struct OprBlock {
     pub(crate) run_state: AtomicU8,
     /// Intrusive link: the submission stack, then the local run lists.
     pub(crate) link: AtomicU32,
+    /// Debug builds: the lifecycle phase, checked at every transition.
+    #[cfg(debug_assertions)]
+    pub(crate) phase: AtomicU8,
     pub(crate) body: UnsafeCell<Body>,
     pub(crate) deps: UnsafeCell<DepList>,
     pub(crate) meta: UnsafeCell<Meta>,
@@ -166,7 +169,27 @@ pub(crate) struct OprBlock {
 // hand-off being an acquire/release atomic (see "Ownership phases").
 unsafe impl Sync for OprBlock {}
 
+/// Debug-checked lifecycle phases of a block.
+#[cfg(debug_assertions)]
+pub(crate) mod phase {
+    pub(crate) const FREE: u8 = 0;
+    pub(crate) const FILLED: u8 = 1;
+    pub(crate) const DISPATCHED: u8 = 2;
+    pub(crate) const RUNNING: u8 = 3;
+}
+
 impl OprBlock {
+    /// Debug builds: moves the block from phase `from` to `to`, panicking
+    /// (with the block's index) if it was elsewhere: a block used twice.
+    #[inline(always)]
+    pub(crate) fn transition(&self, _op: u32, _from: u8, _to: u8) {
+        #[cfg(debug_assertions)]
+        {
+            let was = self.phase.swap(_to, crate::sync::Ordering::AcqRel);
+            assert_eq!(was, _from, "operation block {_op} in phase {was}, expected {_from} (moving to {_to})");
+        }
+    }
+
     /// The operation's variables.
     ///
     /// # Safety

@@ -47,7 +47,23 @@ const SEGMENTS: usize = if cfg!(depengine_loom) { 8 } else { 26 };
 
 struct Slot<T> {
     next_free: AtomicU32,
+    /// Debug builds: whether the index is handed out (double take/give check).
+    #[cfg(debug_assertions)]
+    owned: std::sync::atomic::AtomicBool,
     value: T,
+}
+
+impl<T> Slot<T> {
+    #[inline(always)]
+    fn set_owned(&self, _index: u32, _owned: bool) {
+        #[cfg(debug_assertions)]
+        assert_eq!(
+            self.owned.swap(_owned, std::sync::atomic::Ordering::SeqCst),
+            !_owned,
+            "pool index {_index} {} twice",
+            if _owned { "handed out" } else { "given back" }
+        );
+    }
 }
 
 /// A lock-free pool of `T` addressed by `u32` indices.
@@ -99,7 +115,10 @@ impl<T: Default> Pool<T> {
             let next = self.slot(index).next_free.load(Ordering::Relaxed);
             let new = ((head >> 32).wrapping_add(1) << 32) | next as u64;
             match self.free.compare_exchange_weak(head, new, Ordering::Acquire, Ordering::Acquire) {
-                Ok(_) => return index,
+                Ok(_) => {
+                    self.slot(index).set_owned(index, true);
+                    return index;
+                }
                 Err(actual) => head = actual,
             }
         }
@@ -107,6 +126,7 @@ impl<T: Default> Pool<T> {
         let (seg, _) = locate(index);
         assert!(seg < SEGMENTS && index != NIL, "depengine: object pool exhausted");
         self.ensure_segment(seg);
+        self.slot(index).set_owned(index, true);
         index
     }
 
@@ -115,8 +135,14 @@ impl<T: Default> Pool<T> {
         if !self.segments[seg].load(Ordering::Acquire).is_null() {
             return;
         }
-        let slots: Box<[Slot<T>]> =
-            (0..segment_len(seg)).map(|_| Slot { next_free: AtomicU32::new(NIL), value: T::default() }).collect();
+        let slots: Box<[Slot<T>]> = (0..segment_len(seg))
+            .map(|_| Slot {
+                next_free: AtomicU32::new(NIL),
+                #[cfg(debug_assertions)]
+                owned: std::sync::atomic::AtomicBool::new(false),
+                value: T::default(),
+            })
+            .collect();
         let fresh = Box::into_raw(slots) as *mut Slot<T>;
         if self.segments[seg].compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire).is_err() {
             // SAFETY: `fresh` came from `Box::into_raw` of a slice of this
@@ -128,6 +154,7 @@ impl<T: Default> Pool<T> {
     /// Gives `index` back; the caller must own it and not use it afterwards.
     pub(crate) fn give(&self, index: u32) {
         let slot = self.slot(index);
+        slot.set_owned(index, false);
         let mut head = self.free.load(Ordering::Relaxed);
         loop {
             slot.next_free.store(head as u32, Ordering::Relaxed);
@@ -212,6 +239,7 @@ impl GiveBatch {
     /// Adds an owned index; returns the batch length.
     #[inline]
     pub(crate) fn add<T: Default>(&mut self, pool: &Pool<T>, index: u32) -> u32 {
+        pool.slot(index).set_owned(index, false);
         pool.slot(index).next_free.store(self.first, Ordering::Relaxed);
         if self.first == NIL {
             self.last = index;

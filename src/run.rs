@@ -42,6 +42,8 @@ impl Core {
     /// completes it.
     pub(crate) fn run(&self, op: u32, worker: Option<usize>) {
         let block = self.oprs.get(op);
+        #[cfg(debug_assertions)]
+        block.transition(op, crate::opr::phase::DISPATCHED, crate::opr::phase::RUNNING);
         // SAFETY: a scheduled block belongs to its runner; nobody writes
         // `meta` until it is given back.
         let meta = unsafe { block.meta() };
@@ -221,6 +223,8 @@ impl Core {
     /// Gives the block back and counts the operation as finished.
     fn finish(&self, op: u32) {
         let block = self.oprs.get(op);
+        #[cfg(debug_assertions)]
+        block.transition(op, crate::opr::phase::RUNNING, crate::opr::phase::FREE);
         // SAFETY: completed and unreferenced: exclusively ours until given back.
         unsafe {
             block.body.with_mut(|b| *b = Body::Empty);

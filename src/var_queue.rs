@@ -181,14 +181,15 @@ impl VarQueue {
                 }
                 filled = true;
             }
+            // Read before publishing: once counted, the block may be granted,
+            // given back and reused before this thread looks at it again.
+            // SAFETY: the filled sentinel is still appender-owned here.
+            let spare = unsafe { blocks.get(sentinel).next.with(|p| *p) };
+            debug_assert!(spare != NIL, "filled sentinel {sentinel} has no spare");
             match self.state.compare_exchange_weak(state, state + PENDING_ONE, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
-                    // SAFETY: appender-owned; the published block's `next`
-                    // (the spare) becomes the new sentinel.
-                    unsafe {
-                        let spare = blocks.get(sentinel).next.with(|p| *p);
-                        self.sentinel.with_mut(|p| *p = spare);
-                    }
+                    // SAFETY: appender-owned; the spare becomes the sentinel.
+                    unsafe { self.sentinel.with_mut(|p| *p = spare) };
                     return false;
                 }
                 Err(actual) => state = actual,
@@ -245,6 +246,10 @@ impl VarQueue {
                 k => (state & !WRITER) - k * PENDING_ONE + k,
             };
             match self.state.compare_exchange_weak(state, new, Ordering::AcqRel, Ordering::Acquire) {
+                // Nothing granted: the CAS released the queue, so this thread
+                // must not touch `first_waiting` again (a later granter may
+                // already own it; a late store would roll it back).
+                Ok(_) if granted == 0 => return Granted { blocks, next: NIL, left: 0 },
                 Ok(_) => {
                     let count = if granted == Group::WRITE { 1 } else { granted };
                     // SAFETY: our CAS made us the granter of `count` blocks.
@@ -295,6 +300,7 @@ impl VarQueue {
             for _ in 0..count {
                 b = blocks.get(b).next.with(|p| *p);
             }
+            debug_assert!(b != NIL, "granting {count} from block {first} walked off the chain");
             // Must precede handing any granted operation on (module docs).
             self.first_waiting.with_mut(|p| *p = b);
             Granted { blocks, next: first, left: count }
@@ -302,7 +308,7 @@ impl VarQueue {
     }
 
     /// Whether no access is granted or queued.
-    #[cfg(test)]
+    #[cfg(any(test, depengine_loom))]
     pub(crate) fn is_idle(&self) -> bool {
         self.state.load(Ordering::Acquire) == 0
     }
@@ -351,5 +357,135 @@ mod tests {
             q.release(&blocks);
         }
         assert_eq!(blocks.live(), 0, "every block returned");
+    }
+
+    /// One appender, two completers: every access is granted exactly once,
+    /// a write only alone, and the queue ends idle.
+    #[test]
+    fn stress_appender_against_completers() {
+        use crossbeam_utils::CachePadded;
+        use std::sync::atomic::{AtomicI64, AtomicU8, Ordering as O};
+        use std::sync::Mutex;
+        const OPS: u32 = 200_000;
+        let blocks = Pool::new();
+        let q = queue(&blocks);
+        let granted: Vec<AtomicU8> = (0..OPS).map(|_| AtomicU8::new(0)).collect();
+        let is_write = |op: u32| op % 3 != 1;
+        // Running accesses: +1 per read, -1_000_000 per write.
+        let running = CachePadded::new(AtomicI64::new(0));
+        let ready = Mutex::new(std::collections::VecDeque::new());
+        let done = std::sync::atomic::AtomicU32::new(0);
+        let start = |op: u32| {
+            assert_eq!(granted[op as usize].fetch_add(1, O::SeqCst), 0, "op {op} granted twice");
+            let r =
+                if is_write(op) { running.fetch_sub(1_000_000, O::SeqCst) } else { running.fetch_add(1, O::SeqCst) };
+            assert!(r == 0 || (!is_write(op) && r > 0), "op {op} granted while {r} ran");
+            ready.lock().unwrap().push_back(op);
+        };
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for op in 0..OPS {
+                    // SAFETY: the only appender.
+                    if unsafe { q.append(&blocks, op, is_write(op)) } {
+                        start(op);
+                    }
+                }
+            });
+            for _ in 0..2 {
+                s.spawn(|| {
+                    while done.load(O::SeqCst) < OPS {
+                        let Some(op) = ready.lock().unwrap().pop_front() else { continue };
+                        if is_write(op) {
+                            running.fetch_add(1_000_000, O::SeqCst);
+                        } else {
+                            running.fetch_sub(1, O::SeqCst);
+                        }
+                        // SAFETY: `op` holds this access and completes it once.
+                        let next: Vec<u32> = unsafe {
+                            if is_write(op) {
+                                q.complete_write(&blocks).collect()
+                            } else {
+                                q.complete_read(&blocks).collect()
+                            }
+                        };
+                        next.into_iter().for_each(start);
+                        done.fetch_add(1, O::SeqCst);
+                    }
+                });
+            }
+        });
+        assert!(q.is_idle());
+        assert!(granted.iter().all(|g| g.load(O::SeqCst) == 1));
+    }
+}
+
+/// Loom models of the queue's transitions (`--cfg depengine_loom`; see
+/// the README). Each asserts the rule it protects: every access granted
+/// exactly once and the queue idle at the end.
+#[cfg(all(test, depengine_loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::atomic::AtomicU32 as LoomU32;
+    use loom::sync::Arc;
+
+    struct Model {
+        blocks: Pool<VarBlock>,
+        queue: VarQueue,
+        /// How often each operation was granted.
+        grants: Vec<LoomU32>,
+    }
+
+    impl Model {
+        fn new(ops: usize) -> Arc<Self> {
+            let m = Model {
+                blocks: Pool::new(),
+                queue: VarQueue::default(),
+                grants: (0..ops).map(|_| LoomU32::new(0)).collect(),
+            };
+            // SAFETY: not shared yet.
+            unsafe { m.queue.reset(&m.blocks) };
+            Arc::new(m)
+        }
+
+        /// Completes the granted writes in `mine`, and whatever each
+        /// completion grants, on this thread (like a worker's successor slot).
+        fn run(&self, mut mine: Vec<u32>) {
+            while let Some(op) = mine.pop() {
+                self.grants[op as usize].fetch_add(1, Ordering::SeqCst);
+                // SAFETY: every op writes, and `op` holds the write.
+                mine.extend(unsafe { self.queue.complete_write(&self.blocks) });
+            }
+        }
+    }
+
+    /// A writer completes while the appender queues three more writes, one
+    /// of them granted directly and completed by the appender's thread.
+    /// Catches a completion that stores `first_waiting` after releasing the
+    /// queue (the cursor rolls back and an operation is granted twice).
+    #[test]
+    fn writes_race_appends_and_completions() {
+        loom::model(|| {
+            let m = Model::new(4);
+            // SAFETY: single appender (this thread, then `appender`).
+            assert!(unsafe { m.queue.append(&m.blocks, 0, true) });
+            let completer = {
+                let m = m.clone();
+                loom::thread::spawn(move || m.run(vec![0]))
+            };
+            let mut direct = Vec::new();
+            for op in 1..4u32 {
+                // SAFETY: the only appender.
+                if unsafe { m.queue.append(&m.blocks, op, true) } {
+                    direct.push(op);
+                }
+            }
+            m.run(direct);
+            completer.join().unwrap();
+            let grants: Vec<u32> = m.grants.iter().map(|g| g.load(Ordering::SeqCst)).collect();
+            assert_eq!(grants, vec![1; 4], "each write granted exactly once");
+            assert!(m.queue.is_idle());
+            // SAFETY: idle and no longer shared.
+            unsafe { m.queue.release(&m.blocks) };
+        });
     }
 }

@@ -23,9 +23,11 @@ use std::sync::Arc;
 /// Spin iterations a waiter tries (helping or pausing) before it sleeps.
 const WAIT_SPINS: u32 = if cfg!(depengine_loom) { 1 } else { 2_000 };
 
-/// Counts operations pushed but not finished; `wait_all` sleeps on it.
+/// Counts finished operations; pending = dispatched (the dispatcher's
+/// ticket count) − finished. The pushing thread never writes here, so a push
+/// costs no locked instruction for the count; `wait_all` sleeps on it.
 pub(crate) struct PendingCounter {
-    count: CachePadded<AtomicU64>,
+    finished: CachePadded<AtomicU64>,
     epoch: AtomicU32,
     sleepers: AtomicU32,
 }
@@ -33,7 +35,7 @@ pub(crate) struct PendingCounter {
 impl Default for PendingCounter {
     fn default() -> Self {
         PendingCounter {
-            count: CachePadded::new(AtomicU64::new(0)),
+            finished: CachePadded::new(AtomicU64::new(0)),
             epoch: AtomicU32::new(0),
             sleepers: AtomicU32::new(0),
         }
@@ -41,29 +43,27 @@ impl Default for PendingCounter {
 }
 
 impl PendingCounter {
+    /// `n` operations finished; wakes `wait_all` sleepers when that leaves
+    /// none of the `dispatched()` ones pending.
     #[inline]
-    pub(crate) fn add_one(&self) {
-        self.count.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// `n` operations finished; wakes `wait_all` sleepers when none remain.
-    #[inline]
-    pub(crate) fn done(&self, n: u64) {
-        if self.count.fetch_sub(n, Ordering::SeqCst) == n && self.sleepers.load(Ordering::SeqCst) > 0 {
+    pub(crate) fn done(&self, n: u64, dispatched: impl FnOnce() -> u64) {
+        let finished = self.finished.fetch_add(n, Ordering::SeqCst) + n;
+        if self.sleepers.load(Ordering::SeqCst) > 0 && finished == dispatched() {
             self.epoch.fetch_add(1, Ordering::Release);
             futex_wake_all(&self.epoch);
         }
     }
 
+    /// Operations dispatched and not finished.
     #[inline]
-    pub(crate) fn get(&self) -> u64 {
-        self.count.load(Ordering::SeqCst)
+    pub(crate) fn pending(&self, dispatched: u64) -> u64 {
+        dispatched.saturating_sub(self.finished.load(Ordering::SeqCst))
     }
 
     /// Blocks until nothing is pending, running `help` while it finds work.
-    pub(crate) fn wait_zero(&self, mut help: impl FnMut() -> bool) {
+    pub(crate) fn wait_zero(&self, dispatched: impl Fn() -> u64, mut help: impl FnMut() -> bool) {
         let mut spins = 0;
-        while self.get() != 0 {
+        while self.pending(dispatched()) != 0 {
             if help() {
                 spins = 0;
                 continue;
@@ -75,7 +75,7 @@ impl PendingCounter {
             }
             let epoch = self.epoch.load(Ordering::Acquire);
             self.sleepers.fetch_add(1, Ordering::SeqCst);
-            if self.get() != 0 {
+            if self.pending(dispatched()) != 0 {
                 futex_wait(&self.epoch, epoch);
             }
             self.sleepers.fetch_sub(1, Ordering::SeqCst);

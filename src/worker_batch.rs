@@ -43,7 +43,7 @@ impl Core {
             let mut b = cell.get();
             if std::ptr::eq(b.core, self) && b.done > 0 {
                 b.blocks.flush(&self.oprs);
-                self.pending.done(b.done);
+                self.count_finished(b.done);
                 b.done = 0;
                 cell.set(b);
             }
@@ -63,13 +63,13 @@ impl Core {
             let mut b = cell.get();
             if !std::ptr::eq(b.core, self) {
                 self.oprs.give(op);
-                self.pending.done(1);
+                self.count_finished(1);
                 return;
             }
             b.done += 1;
             if b.blocks.add(&self.oprs, op) >= BATCH_LEN {
                 b.blocks.flush(&self.oprs);
-                self.pending.done(b.done);
+                self.count_finished(b.done);
                 b.done = 0;
             }
             cell.set(b);

@@ -10,6 +10,7 @@
 //!   --reps R                   timed repetitions after one warm-up (default: 5)
 //!   --threads T                CPU workers (default: cores)
 //!   --spin-us S                worker spin before parking (default: the engine's)
+//!   --bulk B                   the pushing thread's bulk size (default: off)
 //!   --peer NAME=PATH           a peer binary from shared/peers/cxx (repeatable); it
 //!                              runs right after our engines on each row
 //!   --json PATH                also write the results as JSON
@@ -37,6 +38,7 @@ struct Options {
     reps: usize,
     threads: usize,
     spin_us: Option<u64>,
+    bulk: usize,
     peers: Vec<(String, String)>,
     json: Option<String>,
     quick: bool,
@@ -56,6 +58,7 @@ fn parse_args() -> Options {
         reps: 5,
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         spin_us: None,
+        bulk: 0,
         peers: Vec::new(),
         json: None,
         quick: false,
@@ -74,6 +77,7 @@ fn parse_args() -> Options {
             "--reps" => o.reps = val().parse().unwrap_or_else(|_| usage("bad --reps")),
             "--threads" => o.threads = val().parse().unwrap_or_else(|_| usage("bad --threads")),
             "--spin-us" => o.spin_us = Some(val().parse().unwrap_or_else(|_| usage("bad --spin-us"))),
+            "--bulk" => o.bulk = val().parse().unwrap_or_else(|_| usage("bad --bulk")),
             "--peer" => {
                 let v = val();
                 let (name, path) = v.split_once('=').unwrap_or_else(|| usage("--peer takes NAME=PATH"));
@@ -119,6 +123,7 @@ struct Row {
 fn throughput(kind: EngineKind, wl: &Workload, w: u32, o: &Options) -> Row {
     let engine = build_engine(kind, o);
     let vars: Vec<Var> = (0..wl.vars).map(|_| engine.new_var()).collect();
+    engine.set_bulk_size(o.bulk).expect("bulk size");
     let mut times = Vec::new();
     let mut allocs = Vec::new();
     reset_peak_rss();
@@ -134,8 +139,10 @@ fn throughput(kind: EngineKind, wl: &Workload, w: u32, o: &Options) -> Row {
             allocs.push(da / wl.ops.len() as f64);
         }
     }
+    engine.set_bulk_size(0).expect("bulk size");
+    let name = if o.bulk > 1 { format!("{}+bulk{}", kind.name(), o.bulk) } else { kind.name().to_owned() };
     Row {
-        engine: kind.name().to_owned(),
+        engine: name,
         workload: wl.name.to_owned(),
         w,
         n: wl.ops.len(),

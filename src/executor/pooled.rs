@@ -100,6 +100,18 @@ impl WorkerPool {
     }
 
     fn work(&self, core: &Core, id: usize) {
+        // User panics are caught around each body; one escaping to here is
+        // an engine bug. Abort loudly rather than hang every waiter.
+        struct AbortOnUnwind;
+        impl Drop for AbortOnUnwind {
+            fn drop(&mut self) {
+                if std::thread::panicking() {
+                    eprintln!("depengine: internal error in a worker thread; aborting");
+                    std::process::abort();
+                }
+            }
+        }
+        let _guard = AbortOnUnwind;
         POOL.with(|p| p.set(self));
         WORKER_ID.with(|w| w.set(Some(id)));
         core.enter_worker();

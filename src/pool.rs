@@ -153,20 +153,12 @@ impl<T: Default> Pool<T> {
 
     /// Gives `index` back; the caller must own it and not use it afterwards.
     pub(crate) fn give(&self, index: u32) {
-        let slot = self.slot(index);
-        slot.set_owned(index, false);
-        let mut head = self.free.load(Ordering::Relaxed);
-        loop {
-            slot.next_free.store(head as u32, Ordering::Relaxed);
-            let new = ((head >> 32).wrapping_add(1) << 32) | index as u64;
-            match self.free.compare_exchange_weak(head, new, Ordering::Release, Ordering::Relaxed) {
-                Ok(_) => return,
-                Err(actual) => head = actual,
-            }
-        }
+        self.slot(index).set_owned(index, false);
+        self.give_chain(index, index);
     }
 
-    /// Gives back a whole batch with one CAS (see [`GiveBatch`]).
+    /// Pushes the chain `first → … → last` (linked through `next_free`)
+    /// onto the free list with one CAS: one index, or a [`GiveBatch`].
     fn give_chain(&self, first: u32, last: u32) {
         let last_slot = self.slot(last);
         let mut head = self.free.load(Ordering::Relaxed);

@@ -3,39 +3,12 @@
 //! complete cycles of synchronous, asynchronous and prebuilt operations on
 //! the pooled engine allocate nothing, on any thread.
 
+use alloc_count::{allocations, CountingAlloc};
 use depengine::{Context, Engine, EngineKind, FnProperty, Var};
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards to the system allocator, only counting calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: CountingAlloc = CountingAlloc;
 
 const BATCH: usize = 1_000;
 const CYCLES: usize = 100_000;
@@ -114,11 +87,11 @@ fn steady_state_push_run_complete_allocates_nothing() {
         batch(&engine, &vars, &op);
     }
 
-    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    let before = allocations();
     for _ in 0..CYCLES / BATCH {
         batch(&engine, &vars, &op);
     }
-    let allocations = ALLOCATIONS.load(Ordering::SeqCst) - before;
-    assert_eq!(allocations, 0, "{allocations} heap allocations in {CYCLES} steady-state cycles");
+    let allocated = allocations() - before;
+    assert_eq!(allocated, 0, "{allocated} heap allocations in {CYCLES} steady-state cycles");
     assert!(engine.var_version(vars[1]).unwrap() > CYCLES as u64 / 8);
 }

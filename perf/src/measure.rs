@@ -1,41 +1,7 @@
-//! What the harness measures besides time: heap allocations (a counting
-//! global allocator) and the process's peak resident memory.
+//! What the harness measures besides time: heap allocations (the counting
+//! allocator of `alloc-count`) and the process's peak resident memory.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
-
-/// Counts every allocation of the process.
-pub(crate) struct CountingAlloc;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards every call to the system allocator, only counting.
-unsafe impl GlobalAlloc for CountingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as ours.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as ours.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-/// Allocations so far (all threads).
-pub(crate) fn allocations() -> u64 {
-    ALLOCATIONS.load(Ordering::SeqCst)
-}
+pub(crate) use alloc_count::{allocations, CountingAlloc};
 
 /// Resets the kernel's peak-RSS mark (Linux `clear_refs` 5); false where
 /// that is not possible, and then [`peak_rss_mb`] is the process's peak.

@@ -96,6 +96,9 @@ impl WorkerPool {
             if start.elapsed() >= self.spin {
                 return false;
             }
+            // With as many workers as cores, the pushing thread may be
+            // waiting for this core: let it run before polling again.
+            std::thread::yield_now();
         }
     }
 

@@ -7,6 +7,7 @@
 //! | `DEPENGINE_COPY_WORKERS` | [`EngineBuilder::copy_workers`] | 1 |
 //! | `DEPENGINE_SPIN_US` | [`EngineBuilder::spin`] | 50 µs |
 //! | `DEPENGINE_CANCEL_ON_DROP` | [`EngineBuilder::cancel_on_drop`] | `0` |
+//! | `DEPENGINE_MAX_PENDING` | [`EngineBuilder::max_pending`] | 65536 (`0`: no cap) |
 
 use crate::engine::Engine;
 use crate::error::EngineError;
@@ -62,6 +63,7 @@ pub struct EngineBuilder {
     pub(crate) copy_workers: usize,
     pub(crate) spin: Duration,
     pub(crate) cancel_on_drop: bool,
+    pub(crate) max_pending: u64,
 }
 
 impl Default for EngineBuilder {
@@ -72,6 +74,7 @@ impl Default for EngineBuilder {
             copy_workers: 1,
             spin: Duration::from_micros(50),
             cancel_on_drop: false,
+            max_pending: 1 << 16,
         }
     }
 }
@@ -109,6 +112,9 @@ impl EngineBuilder {
         if let Some(c) = env_parse::<u8>("DEPENGINE_CANCEL_ON_DROP")? {
             b.cancel_on_drop = c != 0;
         }
+        if let Some(n) = env_parse("DEPENGINE_MAX_PENDING")? {
+            b.max_pending = n;
+        }
         Ok(b)
     }
 
@@ -140,6 +146,18 @@ impl EngineBuilder {
     /// started are skipped with a "cancelled" failure) instead of running it.
     pub fn cancel_on_drop(mut self, cancel: bool) -> Self {
         self.cancel_on_drop = cancel;
+        self
+    }
+
+    /// Bounded memory: above this many operations pushed and not finished, a
+    /// pushing thread helps run ready work (or briefly waits) before its push
+    /// returns, so a pusher racing ahead of the workers cannot exhaust memory.
+    /// `0` removes the cap. Pushes from inside an operation are never held
+    /// back, and the wait is bounded (about a millisecond per push), so an
+    /// application that keeps more than this many asynchronous operations
+    /// outstanding on purpose is slowed, never deadlocked.
+    pub fn max_pending(mut self, n: u64) -> Self {
+        self.max_pending = n;
         self
     }
 

@@ -30,6 +30,10 @@ thread_local! {
     pub(crate) static CURRENT_OP: Cell<(*const Core, u32)> = const { Cell::new((std::ptr::null(), NIL)) };
 }
 
+/// Yields without progress a throttled pusher tolerates before it gives up
+/// waiting (each yield is a few µs at most; see `Core::throttle`).
+const THROTTLE_IDLE_LIMIT: u32 = 1_000;
+
 /// Operations made ready while dispatching, threaded through their `link`
 /// and scheduled once the combiner has let go.
 struct ReadyList {
@@ -51,10 +55,12 @@ pub(crate) struct Core {
     pub(crate) first_error: FirstError,
     pub(crate) shutting_down: AtomicBool,
     pub(crate) cancelling: AtomicBool,
+    /// The pending-operation cap (0: none); see `throttle`.
+    max_pending: u64,
 }
 
 impl Core {
-    pub(crate) fn new(executor: Box<dyn Executor>) -> Self {
+    pub(crate) fn new(executor: Box<dyn Executor>, max_pending: u64) -> Self {
         Core {
             id: NEXT_ENGINE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             oprs: Pool::new(),
@@ -68,6 +74,7 @@ impl Core {
             first_error: FirstError::default(),
             shutting_down: AtomicBool::new(false),
             cancelling: AtomicBool::new(false),
+            max_pending,
         }
     }
 
@@ -211,7 +218,31 @@ impl Core {
         let mut ready = ReadyList { head: NIL, tail: NIL };
         self.dispatcher.submit(&self.oprs, op, |op, ticket| self.dispatch(op, ticket, &mut ready));
         self.schedule_list(ready);
+        if self.max_pending != 0 && self.pending() >= self.max_pending {
+            self.throttle();
+        }
         Ok(())
+    }
+
+    /// Bounded memory: a pusher above the cap helps run ready work until it
+    /// is back under it. Never inside a body (its own operation is pending),
+    /// and never for long without progress (bounded spin), so it cannot
+    /// deadlock a program that holds completions on purpose.
+    #[cold]
+    fn throttle(&self) {
+        let (core, _) = CURRENT_OP.with(|c| c.get());
+        if std::ptr::eq(core, self) {
+            return;
+        }
+        let mut idle = 0u32;
+        while self.pending() >= self.max_pending && idle < THROTTLE_IDLE_LIMIT {
+            if self.executor.help(self) {
+                idle = 0;
+            } else {
+                idle += 1;
+                std::thread::yield_now();
+            }
+        }
     }
 
     /// Schedules what a combining pass found ready (after it let go).

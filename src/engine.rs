@@ -64,7 +64,7 @@ impl Engine {
             EngineKind::Naive => Box::new(NaiveExecutor),
             EngineKind::Pooled => Box::new(PooledExecutor::new(b.resolved_cpu_workers(), b.copy_workers, b.spin)),
         };
-        let core = Arc::new(Core::new(executor));
+        let core = Arc::new(Core::new(executor, b.max_pending));
         core.executor.start(&core);
         Engine { core, kind: b.kind, cancel_on_drop: b.cancel_on_drop }
     }

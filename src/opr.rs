@@ -181,13 +181,10 @@ pub(crate) mod phase {
 impl OprBlock {
     /// Debug builds: moves the block from phase `from` to `to`, panicking
     /// (with the block's index) if it was elsewhere: a block used twice.
-    #[inline(always)]
-    pub(crate) fn transition(&self, _op: u32, _from: u8, _to: u8) {
-        #[cfg(debug_assertions)]
-        {
-            let was = self.phase.swap(_to, crate::sync::Ordering::AcqRel);
-            assert_eq!(was, _from, "operation block {_op} in phase {was}, expected {_from} (moving to {_to})");
-        }
+    #[cfg(debug_assertions)]
+    pub(crate) fn transition(&self, op: u32, from: u8, to: u8) {
+        let was = self.phase.swap(to, crate::sync::Ordering::AcqRel);
+        assert_eq!(was, from, "operation block {op} in phase {was}, expected {from} (moving to {to})");
     }
 
     /// The operation's variables.

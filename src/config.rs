@@ -153,7 +153,7 @@ impl EngineBuilder {
     /// pushing thread helps run ready work (or briefly waits) before its push
     /// returns, so a pusher racing ahead of the workers cannot exhaust memory.
     /// `0` removes the cap. Pushes from inside an operation are never held
-    /// back, and the wait is bounded (about a millisecond per push), so an
+    /// back, and the wait is bounded (a few hundred µs per push), so an
     /// application that keeps more than this many asynchronous operations
     /// outstanding on purpose is slowed, never deadlocked.
     pub fn max_pending(mut self, n: u64) -> Self {

@@ -32,7 +32,7 @@ thread_local! {
 
 /// Yields without progress a throttled pusher tolerates before it gives up
 /// waiting (each yield is a few µs at most; see `Core::throttle`).
-const THROTTLE_IDLE_LIMIT: u32 = 1_000;
+const THROTTLE_IDLE_LIMIT: u32 = 200;
 
 /// Operations made ready while dispatching, threaded through their `link`
 /// and scheduled once the combiner has let go.

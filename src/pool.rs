@@ -336,3 +336,42 @@ mod tests {
         assert_eq!(pool.capacity_used(), 100);
     }
 }
+
+/// Loom model of the free list (`--cfg depengine_loom`): cross-thread give
+/// and take never hand one index to two owners (the tag defeats ABA).
+#[cfg(all(test, depengine_loom))]
+mod loom_models {
+    use super::*;
+    use loom::sync::Arc;
+
+    /// Takes two indices, marks them, gives the first back and checks the
+    /// second is still ours before giving it back too.
+    fn churn(pool: &Pool<AtomicU32>, tag: u32) {
+        let x = pool.take();
+        let y = pool.take();
+        pool.get(x).store(tag, Ordering::Relaxed);
+        pool.get(y).store(tag, Ordering::Relaxed);
+        pool.give(x);
+        assert_eq!(pool.get(y).load(Ordering::Relaxed), tag, "index {y} handed out twice");
+        pool.give(y);
+    }
+
+    #[test]
+    fn cross_thread_give_and_take_never_share_an_index() {
+        loom::model(|| {
+            let pool: Arc<Pool<AtomicU32>> = Arc::new(Pool::new());
+            let (a, b, c) = (pool.take(), pool.take(), pool.take());
+            for i in [c, b, a] {
+                pool.give(i);
+            }
+            let other = {
+                let pool = pool.clone();
+                loom::thread::spawn(move || churn(&pool, 2))
+            };
+            churn(&pool, 1);
+            other.join().unwrap();
+            assert_eq!(pool.live(), 0);
+            assert!(pool.capacity_used() <= 4, "at most two indices held per thread");
+        });
+    }
+}

@@ -308,7 +308,7 @@ impl VarQueue {
     }
 
     /// Whether no access is granted or queued.
-    #[cfg(any(test, depengine_loom))]
+    #[cfg(test)]
     pub(crate) fn is_idle(&self) -> bool {
         self.state.load(Ordering::Acquire) == 0
     }

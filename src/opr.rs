@@ -146,7 +146,10 @@ pub(crate) struct Meta {
 }
 
 /// One pushed operation (see the module docs for who owns what when).
+/// Cache-line aligned: the pusher fills one block while a worker finishes
+/// its neighbour, and they must not share a line.
 #[derive(Default)]
+#[repr(align(64))]
 pub(crate) struct OprBlock {
     /// Variables not yet granted, plus one held by the dispatcher until it
     /// has appended to every queue. Whoever takes it to zero runs the block.

@@ -23,6 +23,24 @@ use std::sync::Arc;
 /// Spin iterations a waiter tries (helping or pausing) before it sleeps.
 const WAIT_SPINS: u32 = if cfg!(depengine_loom) { 1 } else { 2_000 };
 
+/// The shape of every blocking wait: until `done()`, run work while `help`
+/// finds some, else spin a little, else `sleep` (which announces itself,
+/// re-checks and parks on a futex, per the protocol above).
+fn help_spin_sleep(mut done: impl FnMut() -> bool, mut help: impl FnMut() -> bool, mut sleep: impl FnMut()) {
+    let mut spins = 0;
+    while !done() {
+        if help() {
+            spins = 0;
+        } else if spins < WAIT_SPINS {
+            spins += 1;
+            spin_hint();
+        } else {
+            sleep();
+            spins = 0;
+        }
+    }
+}
+
 /// Counts finished operations; pending = dispatched (the dispatcher's
 /// ticket count) − finished. The pushing thread never writes here, so a push
 /// costs no locked instruction for the count; `wait_all` sleeps on it.
@@ -61,26 +79,19 @@ impl PendingCounter {
     }
 
     /// Blocks until nothing is pending, running `help` while it finds work.
-    pub(crate) fn wait_zero(&self, dispatched: impl Fn() -> u64, mut help: impl FnMut() -> bool) {
-        let mut spins = 0;
-        while self.pending(dispatched()) != 0 {
-            if help() {
-                spins = 0;
-                continue;
-            }
-            if spins < WAIT_SPINS {
-                spins += 1;
-                spin_hint();
-                continue;
-            }
-            let epoch = self.epoch.load(Ordering::Acquire);
-            self.sleepers.fetch_add(1, Ordering::SeqCst);
-            if self.pending(dispatched()) != 0 {
-                futex_wait(&self.epoch, epoch);
-            }
-            self.sleepers.fetch_sub(1, Ordering::SeqCst);
-            spins = 0;
-        }
+    pub(crate) fn wait_zero(&self, dispatched: impl Fn() -> u64, help: impl FnMut() -> bool) {
+        help_spin_sleep(
+            || self.pending(dispatched()) == 0,
+            help,
+            || {
+                let epoch = self.epoch.load(Ordering::Acquire);
+                self.sleepers.fetch_add(1, Ordering::SeqCst);
+                if self.pending(dispatched()) != 0 {
+                    futex_wait(&self.epoch, epoch);
+                }
+                self.sleepers.fetch_sub(1, Ordering::SeqCst);
+            },
+        );
     }
 }
 
@@ -124,28 +135,15 @@ impl WaitSlot {
     /// Blocks until delivered, running `help` while it finds work; returns
     /// the delivered failure. Returns whether the caller dropped the last
     /// reference alongside.
-    pub(crate) fn wait(&self, mut help: impl FnMut() -> bool) -> (Option<Arc<OpError>>, bool) {
-        let mut spins = 0;
-        loop {
-            let state = self.state.load(Ordering::Acquire);
-            if state == DONE {
-                break;
-            }
-            if help() {
-                spins = 0;
-                continue;
-            }
-            if spins < WAIT_SPINS {
-                spins += 1;
-                spin_hint();
-                continue;
-            }
-            if self.state.compare_exchange(WAITING, SLEEPING, Ordering::AcqRel, Ordering::Acquire).is_ok()
-                || state == SLEEPING
-            {
-                futex_wait(&self.state, SLEEPING);
-            }
-        }
+    pub(crate) fn wait(&self, help: impl FnMut() -> bool) -> (Option<Arc<OpError>>, bool) {
+        help_spin_sleep(
+            || self.state.load(Ordering::Acquire) == DONE,
+            help,
+            || match self.state.compare_exchange(WAITING, SLEEPING, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) | Err(SLEEPING) => futex_wait(&self.state, SLEEPING),
+                Err(_) => {} // DONE meanwhile
+            },
+        );
         // SAFETY: `DONE` was published with release after the marker's
         // last write, and the marker never touches `error` again.
         let error = unsafe { self.error.with_mut(|p| (*p).take()) };

@@ -82,6 +82,7 @@ impl Core {
 
     pub(crate) fn new_var(&self) -> Var {
         let slot = self.vars.take();
+        assert!(slot < 1 << crate::opr::SLOT_BITS, "depengine: more than 2^30 live variables");
         let v = self.vars.get(slot);
         v.version.store(0, Ordering::Relaxed);
         // SAFETY: the slot was just taken, so nobody else touches it.
@@ -170,7 +171,7 @@ impl Core {
                 if let Body::Prebuilt(inner) = &body {
                     // The operator owns its variables; only re-check them.
                     return inner.deps.as_slice().iter().try_for_each(|d| {
-                        let v = Var { engine: self.id, slot: d.slot, gen: d.gen };
+                        let v = Var { engine: self.id, slot: d.slot(), gen: d.gen };
                         self.slot_of(v).map(drop)
                     });
                 }
@@ -184,7 +185,7 @@ impl Core {
                         } else {
                             self.slot_of(v)?;
                         }
-                        deps.add(Dep { slot: v.slot, gen: v.gen, mode });
+                        deps.add(Dep::new(v.slot, v.gen, mode));
                     }
                 }
                 Ok(())
@@ -306,7 +307,7 @@ impl Core {
             let meta = block.meta_mut();
             meta.ticket = ticket;
             let deps = block.dep_slice();
-            let live = deps.iter().all(|d| self.vars.get(d.slot).dispatchable(d.gen));
+            let live = deps.iter().all(|d| self.vars.get(d.slot()).dispatchable(d.gen));
             if !live || self.shutting_down.load(Ordering::Relaxed) {
                 // A variable's deletion, or the engine's closing, was
                 // linearized before this operation.
@@ -318,13 +319,13 @@ impl Core {
             }
             if meta.kind == OprKind::DeleteVar {
                 for d in deps {
-                    self.vars.get(d.slot).life.fetch_or(DELETE_DISPATCHED, Ordering::AcqRel);
+                    self.vars.get(d.slot()).life.fetch_or(DELETE_DISPATCHED, Ordering::AcqRel);
                 }
             }
             block.wait.store(deps.len() as u32 + 1, Ordering::Relaxed);
             let mut granted = 1;
             for d in deps {
-                if self.vars.get(d.slot).queue.append(&self.blocks, op, d.writes()) {
+                if self.vars.get(d.slot()).queue.append(&self.blocks, op, d.writes()) {
                     granted += 1;
                 }
             }
@@ -370,7 +371,7 @@ impl Core {
             None => true,
             // SAFETY: the running body's block is alive (its runner holds
             // it) and its deps are not written while it runs.
-            Some(v) => unsafe { self.oprs.get(op).dep_slice().iter().any(|d| d.slot == v.slot) },
+            Some(v) => unsafe { self.oprs.get(op).dep_slice().iter().any(|d| d.slot() == v.slot) },
         }
     }
 

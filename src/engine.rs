@@ -202,7 +202,7 @@ impl Engine {
         for (vars, mode) in [(writes, WRITE), (reads, READ)] {
             for &v in vars {
                 self.core.slot_of(v)?;
-                deps.add(Dep { slot: v.slot, gen: v.gen, mode });
+                deps.add(Dep::new(v.slot, v.gen, mode));
             }
         }
         Ok(Operator { inner: Arc::new(OperatorInner { engine: self.core.id, body, deps, prop, name }) })

@@ -35,26 +35,47 @@ pub(crate) const READ: u8 = 1;
 /// one write dependency that also counts as read for failure propagation).
 pub(crate) const WRITE: u8 = 2;
 
+/// Bits of [`Dep::slot_mode`] that hold the slot index; the two above hold
+/// the mode. Variable slots stay below this (checked in `Core::new_var`).
+pub(crate) const SLOT_BITS: u32 = 30;
+const SLOT_MASK: u32 = (1 << SLOT_BITS) - 1;
+
 /// One variable of an operation, already validated and de-duplicated.
+/// Eight bytes, so that an operation's inline variables fit in 48.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct Dep {
-    /// Index of the variable's slot.
-    pub(crate) slot: u32,
+    /// The variable's slot index (low bits) and `READ | WRITE` (high bits).
+    slot_mode: u32,
     /// The variable's generation when pushed (see `var.rs`).
     pub(crate) gen: u32,
-    /// `READ`, `WRITE` or both.
-    pub(crate) mode: u8,
 }
 
 impl Dep {
     #[inline(always)]
+    pub(crate) fn new(slot: u32, gen: u32, mode: u8) -> Self {
+        debug_assert!(slot <= SLOT_MASK);
+        Dep { slot_mode: slot | (mode as u32) << SLOT_BITS, gen }
+    }
+
+    /// Index of the variable's slot.
+    #[inline(always)]
+    pub(crate) fn slot(self) -> u32 {
+        self.slot_mode & SLOT_MASK
+    }
+
+    #[inline(always)]
+    fn mode(self) -> u8 {
+        (self.slot_mode >> SLOT_BITS) as u8
+    }
+
+    #[inline(always)]
     pub(crate) fn writes(self) -> bool {
-        self.mode & WRITE != 0
+        self.mode() & WRITE != 0
     }
 
     #[inline(always)]
     pub(crate) fn reads(self) -> bool {
-        self.mode & READ != 0
+        self.mode() & READ != 0
     }
 }
 
@@ -62,7 +83,7 @@ impl Dep {
 #[derive(Debug, Default)]
 pub(crate) struct DepList {
     inline: [Dep; INLINE_VARS],
-    len: usize,
+    len: u32,
     spill: Vec<Dep>,
 }
 
@@ -74,12 +95,12 @@ impl DepList {
 
     /// Adds `dep`, merging it with an earlier entry for the same variable.
     pub(crate) fn add(&mut self, dep: Dep) {
-        if let Some(d) = self.as_mut_slice().iter_mut().find(|d| d.slot == dep.slot) {
-            d.mode |= dep.mode;
+        if let Some(d) = self.as_mut_slice().iter_mut().find(|d| d.slot() == dep.slot()) {
+            d.slot_mode |= dep.slot_mode;
             return;
         }
-        if self.len < INLINE_VARS {
-            self.inline[self.len] = dep;
+        if (self.len as usize) < INLINE_VARS {
+            self.inline[self.len as usize] = dep;
             self.len += 1;
         } else {
             if self.spill.is_empty() {
@@ -91,16 +112,16 @@ impl DepList {
     }
 
     pub(crate) fn as_slice(&self) -> &[Dep] {
-        if self.len <= INLINE_VARS {
-            &self.inline[..self.len]
+        if self.len as usize <= INLINE_VARS {
+            &self.inline[..self.len as usize]
         } else {
             &self.spill
         }
     }
 
     fn as_mut_slice(&mut self) -> &mut [Dep] {
-        if self.len <= INLINE_VARS {
-            &mut self.inline[..self.len]
+        if self.len as usize <= INLINE_VARS {
+            &mut self.inline[..self.len as usize]
         } else {
             &mut self.spill
         }

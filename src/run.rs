@@ -49,7 +49,7 @@ impl Core {
         let meta = unsafe { block.meta() };
         if let OprKind::Wait(ws) = meta.kind {
             // SAFETY: the marker holds an access to its single variable.
-            let error = unsafe { self.vars.get(block.dep_slice()[0].slot).error() };
+            let error = unsafe { self.vars.get(block.dep_slice()[0].slot()).error() };
             if self.waits.get(ws).deliver(error) {
                 self.waits.give(ws);
             }
@@ -108,7 +108,7 @@ impl Core {
         }
         // SAFETY: the runner owns the block; every read variable granted it a
         // read, so no writer changes their failure state meanwhile.
-        unsafe { block.dep_slice().iter().filter(|d| d.reads()).find_map(|d| self.vars.get(d.slot).error()) }
+        unsafe { block.dep_slice().iter().filter(|d| d.reads()).find_map(|d| self.vars.get(d.slot()).error()) }
     }
 
     fn invoke(&self, block: &OprBlock, ctx: &RunContext, completion: Option<Completion>) -> Outcome {
@@ -185,14 +185,14 @@ impl Core {
         }
         let changes_values = matches!(meta.kind, OprKind::User | OprKind::DeleteVar);
         for d in deps {
-            let slot = self.vars.get(d.slot);
+            let slot = self.vars.get(d.slot());
             if d.writes() && changes_values {
                 // SAFETY: the write grant is still held.
                 unsafe { slot.finish_write(failure) };
             }
         }
         for d in deps {
-            let queue = &self.vars.get(d.slot).queue;
+            let queue = &self.vars.get(d.slot()).queue;
             // SAFETY: this operation holds exactly this access and
             // completes it once.
             let granted = unsafe {
@@ -208,7 +208,7 @@ impl Core {
         }
         if meta.kind == OprKind::DeleteVar {
             for d in deps {
-                self.free_var(d.slot);
+                self.free_var(d.slot());
             }
         }
     }

@@ -185,6 +185,13 @@ fn push_bulk(open: OpenBulk) -> Result<(), EngineError> {
     core.push(body, false, reads, writes, &opts, OprKind::User)
 }
 
+/// Whether a push with `opts` may join a bulk on this thread: one
+/// thread-local flag, so that an unbulked push pays nothing else.
+#[inline(always)]
+pub(crate) fn wants(opts: &PushOpts) -> bool {
+    ACTIVE.with(|a| a.get()) && bulkable(opts)
+}
+
 /// Adds a synchronous push to this thread's bulk if bulking is on and the
 /// push qualifies; otherwise hands the body back for a normal push.
 pub(crate) fn try_add(
@@ -194,7 +201,7 @@ pub(crate) fn try_add(
     writes: &[Var],
     opts: &PushOpts,
 ) -> Result<Option<InlineFn>, EngineError> {
-    if !ACTIVE.with(|a| a.get()) || !bulkable(opts) {
+    if !wants(opts) {
         return Ok(Some(body));
     }
     for &v in reads.iter().chain(writes) {

@@ -133,11 +133,14 @@ impl Engine {
         F: FnOnce(&RunContext) -> R + Send + 'static,
         R: OpOutput,
     {
-        let body = InlineFn::new_sync(body);
-        match crate::bulk::try_add(&self.core, body, reads, writes, &opts)? {
-            Some(body) => self.core.push(Body::OneShot(body), false, reads, writes, &opts, OprKind::User),
-            None => Ok(()),
+        let mut body = InlineFn::new_sync(body);
+        if crate::bulk::wants(&opts) {
+            match crate::bulk::try_add(&self.core, body, reads, writes, &opts)? {
+                Some(unbulked) => body = unbulked,
+                None => return Ok(()),
+            }
         }
+        self.core.push(Body::OneShot(body), false, reads, writes, &opts, OprKind::User)
     }
 
     /// Sets this thread's bulk size (MXNet's `set_bulk_size`): from now on up

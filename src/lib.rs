@@ -58,7 +58,10 @@
 //! distinct variables (more spill into a vector that the pooled block keeps,
 //! so each block allocates for them at most once). No OS mutex or condition
 //! variable is taken on the push → run → complete path; waits sleep on
-//! futexes. See `ARCHITECTURE.md` for one operation's walk through the code.
+//! futexes. Memory is bounded: a pusher more than
+//! [`EngineBuilder::max_pending`] operations ahead of the workers helps run
+//! them before its push returns. See `ARCHITECTURE.md` for one operation's
+//! walk through the code.
 //!
 //! Misuse the compiler rejects — a body that is not `Send`:
 //!

@@ -1,26 +1,4 @@
-//! Spin-then-park for idle workers (atomic-wait futexes).
-//!
-//! # States of a worker
-//!
-//! `RUNNING` (has work) → `SPINNING` (idle, polling the ring; at most one
-//! worker of a pool at a time) → `PARKED` (asleep on the futex). A worker
-//! that runs out of work becomes the spinner if there is none, else parks at
-//! once: one spinner is enough to pick up the next operation quickly, and on
-//! a machine with as many workers as cores a second spinner would only take
-//! the core the pushing thread needs.
-//!
-//! # Protocol (no lost wake-up)
-//!
-//! A producer publishes work, issues a SeqCst fence, and then: if a worker
-//! is spinning it does nothing more (the spinner will see the work); else,
-//! if one is parked, it bumps `epoch` and wakes one. A worker going to sleep
-//! leaves `spinning` and enters `sleepers` with SeqCst RMWs, then re-checks
-//! for work, then sleeps on `epoch` with the value it read *before*
-//! announcing itself. By the SeqCst total order, either the worker's re-check
-//! sees the work or the producer sees it spinning or asleep; and a bump
-//! between the worker's read of `epoch` and its sleep makes the futex return
-//! at once. When a worker is spinning a producer pays one fence and one load;
-//! a syscall only when it must wake a sleeper.
+#![doc = include_str!("../../docs/worker-sleep.md")]
 
 use crate::sync::{fence, futex_wait, futex_wake_all, futex_wake_one, AtomicU32, Ordering};
 use crossbeam_utils::CachePadded;

@@ -20,6 +20,10 @@ use std::sync::{Arc, OnceLock};
 /// Dropping it finishes every pushed operation (or cancels the ones not yet
 /// started, see [`EngineBuilder::cancel_on_drop`]), joins its threads and
 /// frees everything.
+///
+/// Drop it from outside its own operations: dropped inside one of its bodies
+/// it cannot wait for that body, so it skips the shutdown and its workers
+/// keep running until the process ends.
 pub struct Engine {
     core: Arc<Core>,
     kind: EngineKind,

@@ -186,28 +186,26 @@ impl Core {
         let changes_values = matches!(meta.kind, OprKind::User | OprKind::DeleteVar);
         for d in deps {
             let slot = self.vars.get(d.slot());
-            if d.writes() && changes_values {
-                // SAFETY: the write grant is still held.
-                unsafe { slot.finish_write(failure) };
-            }
-        }
-        for d in deps {
-            let queue = &self.vars.get(d.slot()).queue;
-            // SAFETY: this operation holds exactly this access and
-            // completes it once.
+            // SAFETY: this operation holds exactly this access (so the write
+            // grant while recording) and completes it once. Whoever is
+            // granted next on this variable sees the recorded outcome; an
+            // operation also waiting on a later variable of ours is not
+            // granted that one before its outcome is recorded too.
             let granted = unsafe {
+                if d.writes() && changes_values {
+                    slot.finish_write(failure);
+                }
                 if d.writes() {
-                    queue.complete_write(&self.blocks)
+                    slot.queue.complete_write(&self.blocks)
                 } else {
-                    queue.complete_read(&self.blocks)
+                    slot.queue.complete_read(&self.blocks)
                 }
             };
             for next in granted {
                 self.grant(next);
             }
-        }
-        if meta.kind == OprKind::DeleteVar {
-            for d in deps {
+            if meta.kind == OprKind::DeleteVar {
+                // The deletion held the variable's last access.
                 self.free_var(d.slot());
             }
         }

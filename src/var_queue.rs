@@ -9,6 +9,8 @@ const WRITER: u64 = 1 << 32;
 /// One queued (not yet granted) access.
 const PENDING_ONE: u64 = 1 << 33;
 const PENDING_SHIFT: u32 = 33;
+/// [`VarQueue::front_group`]'s answer when the front group is a single write.
+const WRITE_GROUP: u64 = u64::MAX;
 
 #[inline(always)]
 fn pending(state: u64) -> u64 {
@@ -242,7 +244,7 @@ impl VarQueue {
             };
             let new = match granted {
                 0 => state & !WRITER,
-                Group::WRITE => state - PENDING_ONE, // WRITER stays set: handed over
+                WRITE_GROUP => state - PENDING_ONE, // WRITER stays set: handed over
                 k => (state & !WRITER) - k * PENDING_ONE + k,
             };
             match self.state.compare_exchange_weak(state, new, Ordering::AcqRel, Ordering::Acquire) {
@@ -251,7 +253,7 @@ impl VarQueue {
                 // already own it; a late store would roll it back).
                 Ok(_) if granted == 0 => return Granted { blocks, next: NIL, left: 0 },
                 Ok(_) => {
-                    let count = if granted == Group::WRITE { 1 } else { granted };
+                    let count = if granted == WRITE_GROUP { 1 } else { granted };
                     // SAFETY: our CAS made us the granter of `count` blocks.
                     return unsafe { self.take_granted(blocks, count) };
                 }
@@ -261,7 +263,7 @@ impl VarQueue {
     }
 
     /// Counts the group at the front of the first `waiting` queued blocks:
-    /// [`Group::WRITE`] for a write, else the number of consecutive reads.
+    /// [`WRITE_GROUP`] for a write, else the number of consecutive reads.
     ///
     /// # Safety
     /// The caller must be the only possible granter and `waiting` blocks must
@@ -272,7 +274,7 @@ impl VarQueue {
             let mut b = self.first_waiting.with(|p| *p);
             let (_, write, mut next) = blocks.get(b).read();
             if write {
-                return Group::WRITE;
+                return WRITE_GROUP;
             }
             let mut reads = 1;
             while reads < waiting {
@@ -312,14 +314,6 @@ impl VarQueue {
     pub(crate) fn is_idle(&self) -> bool {
         self.state.load(Ordering::Acquire) == 0
     }
-}
-
-/// Names for [`VarQueue::front_group`]'s result.
-struct Group;
-
-impl Group {
-    /// The front group is a single write.
-    const WRITE: u64 = u64::MAX;
 }
 
 #[cfg(all(test, not(depengine_loom)))]

@@ -26,15 +26,28 @@ struct WorkerBatch {
     done: u64,
 }
 
+impl WorkerBatch {
+    /// An empty batch for `core` (null: not a worker).
+    const fn empty(core: *const Core) -> Self {
+        WorkerBatch { core, blocks: GiveBatch::EMPTY, done: 0 }
+    }
+
+    /// Gives the blocks back and counts the operations finished.
+    fn publish(&mut self, core: &Core) {
+        self.blocks.flush(&core.oprs);
+        core.count_finished(self.done);
+        self.done = 0;
+    }
+}
+
 thread_local! {
-    static BATCH: Cell<WorkerBatch> =
-        const { Cell::new(WorkerBatch { core: std::ptr::null(), blocks: GiveBatch::EMPTY, done: 0 }) };
+    static BATCH: Cell<WorkerBatch> = const { Cell::new(WorkerBatch::empty(std::ptr::null())) };
 }
 
 impl Core {
     /// Makes the calling thread a batching worker of this core.
     pub(crate) fn enter_worker(&self) {
-        BATCH.with(|b| b.set(WorkerBatch { core: self, blocks: GiveBatch::EMPTY, done: 0 }));
+        BATCH.with(|b| b.set(WorkerBatch::empty(self)));
     }
 
     /// Publishes this worker's batch (before it idles or exits).
@@ -42,9 +55,7 @@ impl Core {
         BATCH.with(|cell| {
             let mut b = cell.get();
             if std::ptr::eq(b.core, self) && b.done > 0 {
-                b.blocks.flush(&self.oprs);
-                self.count_finished(b.done);
-                b.done = 0;
+                b.publish(self);
                 cell.set(b);
             }
         });
@@ -53,7 +64,7 @@ impl Core {
     /// Publishes the batch and stops batching on this thread.
     pub(crate) fn leave_worker(&self) {
         self.flush_worker_batch();
-        BATCH.with(|b| b.set(WorkerBatch { core: std::ptr::null(), blocks: GiveBatch::EMPTY, done: 0 }));
+        BATCH.with(|b| b.set(WorkerBatch::empty(std::ptr::null())));
     }
 
     /// Gives a finished operation's block back and counts it as finished —
@@ -68,9 +79,7 @@ impl Core {
             }
             b.done += 1;
             if b.blocks.add(&self.oprs, op) >= BATCH_LEN {
-                b.blocks.flush(&self.oprs);
-                self.count_finished(b.done);
-                b.done = 0;
+                b.publish(self);
             }
             cell.set(b);
         });

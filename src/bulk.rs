@@ -69,7 +69,7 @@ impl Drop for BulkState {
     }
 }
 
-thread_local! {
+crate::sync::thread_local! {
     static BULK: RefCell<BulkState> = RefCell::new(BulkState::default());
     /// Mirrors `BULK.size > 1 || BULK.open.is_some()`: the one check an
     /// unbulked push pays.

@@ -24,7 +24,7 @@ use std::cell::Cell;
 /// Engine ids, so that a variable of one engine is recognised by another.
 static NEXT_ENGINE_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
 
-thread_local! {
+crate::sync::thread_local! {
     /// The operation whose body this thread is running (core, op), for the
     /// wait-inside-an-operation deadlock check.
     pub(crate) static CURRENT_OP: Cell<(*const Core, u32)> = const { Cell::new((std::ptr::null(), NIL)) };

@@ -1,10 +1,12 @@
-//! The one place that imports atomics, cells and futex calls.
+//! The one place that imports atomics, cells, thread-locals and futex calls.
 //!
 //! Under `--cfg depengine_loom` every primitive is swapped for its loom twin so
 //! that the lock-free parts of the engine can be model-checked (see
-//! `loom_tests/`). `atomic-wait` has no loom twin: under loom, [`futex_wait`]
-//! yields to the model scheduler until the word changes, which loom explores
-//! exhaustively just like a real futex sleep.
+//! `loom_tests/README.md`). `atomic-wait` has no loom twin: under loom, a
+//! futex is modelled by one model-wide mutex and condition variable — a
+//! waiter re-checks its word under the mutex and blocks, a waker takes the
+//! mutex and wakes everyone. A wake-up the engine forgets to send therefore
+//! leaves the waiter blocked for good, which loom reports as a deadlock.
 
 #[cfg(depengine_loom)]
 pub(crate) use loom::sync::atomic::{
@@ -14,6 +16,25 @@ pub(crate) use loom::sync::atomic::{
 pub(crate) use std::sync::atomic::{
     fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
 };
+
+/// loom's `thread_local!`, taking (and dropping) the `const { }` initialisers
+/// that the std build uses.
+#[cfg(depengine_loom)]
+macro_rules! loom_thread_local {
+    () => {};
+    ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = const { $init:expr }; $($rest:tt)*) => {
+        loom::thread_local!($(#[$attr])* $vis static $name: $t = $init;);
+        $crate::sync::thread_local!($($rest)*);
+    };
+    ($(#[$attr:meta])* $vis:vis static $name:ident: $t:ty = $init:expr; $($rest:tt)*) => {
+        loom::thread_local!($(#[$attr])* $vis static $name: $t = $init;);
+        $crate::sync::thread_local!($($rest)*);
+    };
+}
+#[cfg(depengine_loom)]
+pub(crate) use loom_thread_local as thread_local;
+#[cfg(not(depengine_loom))]
+pub(crate) use std::thread_local;
 
 /// An `UnsafeCell` with loom's closure-based access API, so that loom can
 /// check that no two threads touch the cell at once.
@@ -50,11 +71,7 @@ pub(crate) fn futex_wait(word: &AtomicU32, expected: u32) {
     #[cfg(not(depengine_loom))]
     atomic_wait::wait(word, expected);
     #[cfg(depengine_loom)]
-    {
-        if word.load(Ordering::SeqCst) == expected {
-            loom::thread::yield_now();
-        }
-    }
+    loom_futex::wait(word, expected);
 }
 
 /// Wakes one thread blocked in [`futex_wait`] on `word`.
@@ -63,7 +80,7 @@ pub(crate) fn futex_wake_one(word: &AtomicU32) {
     #[cfg(not(depengine_loom))]
     atomic_wait::wake_one(word);
     #[cfg(depengine_loom)]
-    let _ = word;
+    loom_futex::wake(word);
 }
 
 /// Wakes every thread blocked in [`futex_wait`] on `word`.
@@ -72,7 +89,51 @@ pub(crate) fn futex_wake_all(word: &AtomicU32) {
     #[cfg(not(depengine_loom))]
     atomic_wait::wake_all(word);
     #[cfg(depengine_loom)]
-    let _ = word;
+    loom_futex::wake(word);
+}
+
+/// The futex model used under loom (see the module docs).
+#[cfg(depengine_loom)]
+mod loom_futex {
+    use super::{AtomicU32, Ordering};
+    use loom::sync::{Condvar, Mutex};
+
+    loom::lazy_static! {
+        static ref FUTEX: (Mutex<()>, Condvar) = (Mutex::new(()), Condvar::new());
+    }
+
+    pub(super) fn wait(word: &AtomicU32, expected: u32) {
+        let guard = FUTEX.0.lock().unwrap();
+        // Checked under the mutex, as the kernel checks under its bucket
+        // lock: a waker that changed the word first is seen here, one that
+        // changes it later must take the mutex, so it finds us waiting.
+        if word.load(Ordering::SeqCst) == expected {
+            drop(FUTEX.1.wait(guard).unwrap());
+        }
+    }
+
+    pub(super) fn wake(_word: &AtomicU32) {
+        drop(FUTEX.0.lock().unwrap());
+        // Waking every waiter is allowed: futex waiters tolerate spurious
+        // returns and re-check their word.
+        FUTEX.1.notify_all();
+    }
+}
+
+/// Makes a SeqCst read-modify-write and the SeqCst loads after it one
+/// ordered step, for loom only.
+///
+/// In real builds this is nothing: SeqCst operations already form one total
+/// order (C++20 [atomics.order]), and on x86 the locked RMW is a full
+/// barrier. loom models SeqCst accesses as AcqRel and only SeqCst fences
+/// as SeqCst (loom's README, "Unsupported features"), so without this fence
+/// it reports store-buffering outcomes of the sleep/wake protocols ("a
+/// sleeper announces itself, then re-checks; a waker changes the condition,
+/// then looks for sleepers") that cannot happen.
+#[inline(always)]
+pub(crate) fn loom_sc_fence() {
+    #[cfg(depengine_loom)]
+    fence(Ordering::SeqCst);
 }
 
 /// A hint to the CPU that we are in a spin loop (a model-checker yield under loom).

@@ -414,72 +414,137 @@ mod tests {
 }
 
 /// Loom models of the queue's transitions (`--cfg depengine_loom`; see
-/// the README). Each asserts the rule it protects: every access granted
-/// exactly once and the queue idle at the end.
+/// `loom_tests/README.md`). Each asserts the rules the queue protects:
+/// every access granted exactly once, a write only while nothing else runs,
+/// accesses granted in append order across a write, the queue idle at the end.
 #[cfg(all(test, depengine_loom))]
 mod loom_models {
     use super::*;
-    use loom::sync::atomic::AtomicU32 as LoomU32;
+    use loom::sync::atomic::{AtomicI64 as LoomI64, AtomicU32 as LoomU32};
     use loom::sync::Arc;
+
+    /// What one running write adds to `running` (reads add 1).
+    const WRITE_WEIGHT: i64 = 1 << 20;
 
     struct Model {
         blocks: Pool<VarBlock>,
         queue: VarQueue,
+        /// Whether operation `i` writes.
+        writes: Vec<bool>,
         /// How often each operation was granted.
         grants: Vec<LoomU32>,
+        /// The order in which operations were granted.
+        grant_seq: Vec<LoomU32>,
+        next_seq: LoomU32,
+        /// Running reads, plus `WRITE_WEIGHT` per running write.
+        running: LoomI64,
     }
 
     impl Model {
-        fn new(ops: usize) -> Arc<Self> {
+        fn new(writes: &[bool]) -> Arc<Self> {
             let m = Model {
                 blocks: Pool::new(),
                 queue: VarQueue::default(),
-                grants: (0..ops).map(|_| LoomU32::new(0)).collect(),
+                writes: writes.to_vec(),
+                grants: writes.iter().map(|_| LoomU32::new(0)).collect(),
+                grant_seq: writes.iter().map(|_| LoomU32::new(u32::MAX)).collect(),
+                next_seq: LoomU32::new(0),
+                running: LoomI64::new(0),
             };
             // SAFETY: not shared yet.
             unsafe { m.queue.reset(&m.blocks) };
             Arc::new(m)
         }
 
-        /// Completes the granted writes in `mine`, and whatever each
-        /// completion grants, on this thread (like a worker's successor slot).
+        /// Appends `ops` in order (the single appender); returns the ones
+        /// granted at once.
+        fn append(&self, ops: std::ops::Range<u32>) -> Vec<u32> {
+            // SAFETY: each model has one appending thread at a time.
+            ops.filter(|&op| unsafe { self.queue.append(&self.blocks, op, self.writes[op as usize]) }).collect()
+        }
+
+        /// Starts and completes the granted operations in `mine`, and
+        /// whatever each completion grants, on this thread (like a worker's
+        /// successor slot).
         fn run(&self, mut mine: Vec<u32>) {
             while let Some(op) = mine.pop() {
+                let write = self.writes[op as usize];
                 self.grants[op as usize].fetch_add(1, Ordering::SeqCst);
-                // SAFETY: every op writes, and `op` holds the write.
-                mine.extend(unsafe { self.queue.complete_write(&self.blocks) });
+                let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
+                self.grant_seq[op as usize].store(seq, Ordering::SeqCst);
+                let weight = if write { WRITE_WEIGHT } else { 1 };
+                let before = self.running.fetch_add(weight, Ordering::SeqCst);
+                assert!(before == 0 || (!write && before < WRITE_WEIGHT), "op {op} (write: {write}) ran beside others");
+                self.running.fetch_sub(weight, Ordering::SeqCst);
+                // SAFETY: `op` holds its granted access and completes it once.
+                mine.extend(unsafe {
+                    if write {
+                        self.queue.complete_write(&self.blocks)
+                    } else {
+                        self.queue.complete_read(&self.blocks)
+                    }
+                });
             }
+        }
+
+        fn check_end(&self) {
+            let grants: Vec<u32> = self.grants.iter().map(|g| g.load(Ordering::SeqCst)).collect();
+            assert_eq!(grants, vec![1; self.writes.len()], "each access granted exactly once");
+            assert!(self.queue.is_idle());
+            // SAFETY: idle and no longer shared.
+            unsafe { self.queue.release(&self.blocks) };
+        }
+
+        fn seq(&self, op: usize) -> u32 {
+            self.grant_seq[op].load(Ordering::SeqCst)
         }
     }
 
-    /// A writer completes while the appender queues three more writes, one
-    /// of them granted directly and completed by the appender's thread.
-    /// Catches a completion that stores `first_waiting` after releasing the
-    /// queue (the cursor rolls back and an operation is granted twice).
+    /// **complete write** against **append write**: a writer completes
+    /// while the appender queues three more writes, one of them granted
+    /// directly and completed by the appender's thread. Catches a
+    /// completion that stores `first_waiting` after releasing the queue
+    /// (the cursor rolls back and an operation is granted twice).
     #[test]
     fn writes_race_appends_and_completions() {
         loom::model(|| {
-            let m = Model::new(4);
-            // SAFETY: single appender (this thread, then `appender`).
-            assert!(unsafe { m.queue.append(&m.blocks, 0, true) });
+            let m = Model::new(&[true; 4]);
+            let first = m.append(0..1);
             let completer = {
                 let m = m.clone();
-                loom::thread::spawn(move || m.run(vec![0]))
+                loom::thread::spawn(move || m.run(first))
             };
-            let mut direct = Vec::new();
-            for op in 1..4u32 {
-                // SAFETY: the only appender.
-                if unsafe { m.queue.append(&m.blocks, op, true) } {
-                    direct.push(op);
-                }
-            }
+            let direct = m.append(1..4);
             m.run(direct);
             completer.join().unwrap();
-            let grants: Vec<u32> = m.grants.iter().map(|g| g.load(Ordering::SeqCst)).collect();
-            assert_eq!(grants, vec![1; 4], "each write granted exactly once");
-            assert!(m.queue.is_idle());
-            // SAFETY: idle and no longer shared.
-            unsafe { m.queue.release(&m.blocks) };
+            m.check_end();
+            assert!((0..3).all(|op| m.seq(op) < m.seq(op + 1)), "writes granted in append order");
+        });
+    }
+
+    /// **complete read** (twice, on two threads) against **append write**
+    /// and **append read**: two granted reads complete while the appender
+    /// queues a write and then two reads behind it. The write must wait for
+    /// both reads and be granted once, by the last of them; the later reads
+    /// must wait for the write.
+    #[test]
+    fn reads_race_a_queued_write_and_later_reads() {
+        loom::model(|| {
+            let m = Model::new(&[false, false, true, false]);
+            let granted = m.append(0..2);
+            assert_eq!(granted, vec![0, 1], "reads of an idle queue are granted at once");
+            let readers: Vec<_> = granted
+                .into_iter()
+                .map(|op| {
+                    let m = m.clone();
+                    loom::thread::spawn(move || m.run(vec![op]))
+                })
+                .collect();
+            let direct = m.append(2..4);
+            m.run(direct);
+            readers.into_iter().for_each(|r| r.join().unwrap());
+            m.check_end();
+            assert!(m.seq(2) < m.seq(3), "a read queued behind a write is granted after it");
         });
     }
 }

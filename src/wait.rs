@@ -16,7 +16,9 @@
 //! re-check sees the change or the waker sees the sleeper.
 
 use crate::error::OpError;
-use crate::sync::{futex_wait, futex_wake_all, spin_hint, AtomicPtr, AtomicU32, AtomicU64, Ordering, UnsafeCell};
+use crate::sync::{
+    futex_wait, futex_wake_all, loom_sc_fence, spin_hint, AtomicPtr, AtomicU32, AtomicU64, Ordering, UnsafeCell,
+};
 use crossbeam_utils::CachePadded;
 use std::sync::Arc;
 
@@ -66,6 +68,7 @@ impl PendingCounter {
     #[inline]
     pub(crate) fn done(&self, n: u64, dispatched: impl FnOnce() -> u64) {
         let finished = self.finished.fetch_add(n, Ordering::SeqCst) + n;
+        loom_sc_fence();
         if self.sleepers.load(Ordering::SeqCst) > 0 && finished == dispatched() {
             self.epoch.fetch_add(1, Ordering::Release);
             futex_wake_all(&self.epoch);
@@ -86,6 +89,7 @@ impl PendingCounter {
             || {
                 let epoch = self.epoch.load(Ordering::Acquire);
                 self.sleepers.fetch_add(1, Ordering::SeqCst);
+                loom_sc_fence();
                 if self.pending(dispatched()) != 0 {
                     futex_wait(&self.epoch, epoch);
                 }

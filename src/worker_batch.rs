@@ -40,7 +40,7 @@ impl WorkerBatch {
     }
 }
 
-thread_local! {
+crate::sync::thread_local! {
     static BATCH: Cell<WorkerBatch> = const { Cell::new(WorkerBatch::empty(std::ptr::null())) };
 }
 

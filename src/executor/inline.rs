@@ -16,7 +16,7 @@ struct Trampoline {
     queue: VecDeque<(*const Core, u32)>,
 }
 
-thread_local! {
+crate::sync::thread_local! {
     static TRAMPOLINE: RefCell<Trampoline> = RefCell::new(Trampoline::default());
 }
 

@@ -1,6 +1,6 @@
 #![doc = include_str!("../../docs/worker-sleep.md")]
 
-use crate::sync::{fence, futex_wait, futex_wake_all, futex_wake_one, AtomicU32, Ordering};
+use crate::sync::{fence, futex_wait, futex_wake_all, futex_wake_one, loom_sc_fence, AtomicU32, Ordering};
 use crossbeam_utils::CachePadded;
 
 /// The sleep/wake rendezvous of one worker pool.
@@ -38,6 +38,9 @@ impl Sleep {
     pub(crate) fn park(&self, has_work: impl Fn() -> bool) {
         let epoch = self.epoch.load(Ordering::Acquire);
         self.sleepers.fetch_add(1, Ordering::SeqCst);
+        // With `notify_one`'s fence: either the notifier sees us in
+        // `sleepers` (or no longer spinning) or we see its work.
+        loom_sc_fence();
         if !has_work() {
             futex_wait(&self.epoch, epoch);
         }

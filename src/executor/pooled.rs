@@ -20,7 +20,7 @@ use super::Executor;
 use crate::context::FnProperty;
 use crate::core::Core;
 use crate::pool::NIL;
-use crate::sync::{AtomicBool, Ordering};
+use crate::sync::{spin_hint, AtomicBool, Ordering};
 use std::cell::Cell;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -28,6 +28,9 @@ use std::time::{Duration, Instant};
 
 /// Ready operations one ring holds before pushers run the overflow inline.
 const RING_CAPACITY: usize = if cfg!(depengine_loom) { 4 } else { 1 << 14 };
+
+/// Ring polls between two looks at the clock while spinning.
+const SPIN_POLLS: u32 = if cfg!(depengine_loom) { 1 } else { 64 };
 
 /// One pool of workers and the ring they serve.
 pub(crate) struct WorkerPool {
@@ -39,7 +42,7 @@ pub(crate) struct WorkerPool {
     first_worker_id: usize,
 }
 
-thread_local! {
+crate::sync::thread_local! {
     /// The pool this thread works for (null for other threads).
     static POOL: Cell<*const WorkerPool> = const { Cell::new(std::ptr::null()) };
     /// This worker's successor slot (`NIL` when empty).
@@ -69,10 +72,17 @@ impl WorkerPool {
             NEXT.with(|n| n.set(op));
             return;
         }
-        match self.ring.push(op) {
-            Ok(()) => self.sleep.notify_one(),
-            Err(op) => run_inline(core, op),
+        if let Err(op) = self.publish(op) {
+            run_inline(core, op);
         }
+    }
+
+    /// Puts `op` on the ring and wakes a worker for it (unless one is
+    /// spinning); hands `op` back when the ring is full.
+    fn publish(&self, op: u32) -> Result<(), u32> {
+        self.ring.push(op)?;
+        self.sleep.notify_one();
+        Ok(())
     }
 
     fn next_ready(&self) -> Option<u32> {
@@ -87,11 +97,11 @@ impl WorkerPool {
     fn spin_for_work(&self) -> bool {
         let start = Instant::now();
         loop {
-            for _ in 0..64 {
+            for _ in 0..SPIN_POLLS {
                 if !self.ring.is_empty() {
                     return true;
                 }
-                std::hint::spin_loop();
+                spin_hint();
             }
             if start.elapsed() >= self.spin {
                 return false;
@@ -100,6 +110,28 @@ impl WorkerPool {
             // waiting for this core: let it run before polling again.
             std::thread::yield_now();
         }
+    }
+
+    /// A worker found nothing to run: spins (if no other worker is
+    /// spinning), then parks until work is published. Returns `false` when
+    /// the pool is stopping.
+    fn idle(&self) -> bool {
+        if self.sleep.try_start_spinning() {
+            let found = self.spin_for_work();
+            self.sleep.stop_spinning();
+            if found {
+                // More than the one we will take: another worker may help.
+                if self.ring.len() > 1 {
+                    self.sleep.notify_one();
+                }
+                return true;
+            }
+        }
+        if self.stop.load(Ordering::Acquire) {
+            return false;
+        }
+        self.sleep.park(|| !self.ring.is_empty() || self.stop.load(Ordering::SeqCst));
+        true
     }
 
     fn work(&self, core: &Core, id: usize) {
@@ -124,21 +156,9 @@ impl WorkerPool {
                 continue;
             }
             core.flush_worker_batch();
-            if self.sleep.try_start_spinning() {
-                let found = self.spin_for_work();
-                self.sleep.stop_spinning();
-                if found {
-                    // More than the one we will take: another worker may help.
-                    if self.ring.len() > 1 {
-                        self.sleep.notify_one();
-                    }
-                    continue;
-                }
-            }
-            if self.stop.load(Ordering::Acquire) {
+            if !self.idle() {
                 break;
             }
-            self.sleep.park(|| !self.ring.is_empty() || self.stop.load(Ordering::SeqCst));
         }
         core.leave_worker();
         POOL.with(|p| p.set(std::ptr::null()));
@@ -222,5 +242,69 @@ impl Executor for PooledExecutor {
 
     fn cpu_workers(&self) -> usize {
         self.normal.workers
+    }
+}
+
+/// Loom model of the hand-off from a publisher to idle workers
+/// (`--cfg depengine_loom`; see `loom_tests/README.md`).
+#[cfg(all(test, depengine_loom))]
+mod loom_models {
+    use super::*;
+    use crate::sync::{futex_wait, futex_wake_all, AtomicU32};
+    use loom::sync::Arc;
+
+    /// `workers` workers look for work (one at a time spinning) and park;
+    /// the publisher puts `ops` operations on the ring and then blocks until
+    /// all were taken. Each operation must be taken exactly once, and no
+    /// wake-up may be lost: a worker sleeping through a publish would leave
+    /// every thread blocked, which loom reports as a deadlock.
+    fn hand_off(workers: usize, ops: u32) {
+        loom::model(move || {
+            let pool = Arc::new(WorkerPool::new(workers, 0, Duration::ZERO));
+            let taken: Arc<Vec<AtomicU32>> = Arc::new((0..=ops).map(|_| AtomicU32::new(0)).collect());
+            let threads: Vec<_> = (0..workers)
+                .map(|_| {
+                    let (pool, taken) = (pool.clone(), taken.clone());
+                    loom::thread::spawn(move || loop {
+                        if let Some(op) = pool.next_ready() {
+                            taken[op as usize].fetch_add(1, Ordering::SeqCst);
+                            taken[ops as usize].fetch_add(1, Ordering::SeqCst);
+                            futex_wake_all(&taken[ops as usize]);
+                        } else if !pool.idle() {
+                            break;
+                        }
+                    })
+                })
+                .collect();
+            for op in 0..ops {
+                pool.publish(op).expect("the ring has room");
+            }
+            let total = &taken[ops as usize];
+            let mut seen = total.load(Ordering::SeqCst);
+            while seen < ops {
+                futex_wait(total, seen);
+                seen = total.load(Ordering::SeqCst);
+            }
+            pool.stop.store(true, Ordering::SeqCst);
+            pool.sleep.notify_all();
+            threads.into_iter().for_each(|t| t.join().unwrap());
+            for op in 0..ops {
+                assert_eq!(taken[op as usize].load(Ordering::SeqCst), 1, "op {op} taken once");
+            }
+        });
+    }
+
+    /// One worker, spinning and then parking, against two publishes (the
+    /// publisher skips the wake-up while the worker spins).
+    #[test]
+    fn one_worker_never_sleeps_through_a_publish() {
+        hand_off(1, 2);
+    }
+
+    /// Two workers, one spinning and one parked, against one publish.
+    #[test]
+    #[ignore = "heavy: about 2 minutes at LOOM_MAX_PREEMPTIONS=2; loom_tests/run.sh runs it"]
+    fn two_workers_never_sleep_through_a_publish() {
+        hand_off(2, 1);
     }
 }

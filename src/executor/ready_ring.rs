@@ -93,9 +93,20 @@ impl ReadyRing {
         self.tail.load(Ordering::SeqCst).saturating_sub(head)
     }
 
-    /// Whether the ring looks empty (a hint: it may change at once).
+    /// Whether the ring has no operation ready to pop (a hint: it may
+    /// change at once).
+    ///
+    /// Looks at the head cell rather than comparing the counters: a
+    /// producer that has claimed a position but not yet published its cell
+    /// does not count, so a worker told "not empty" finds the operation
+    /// when it pops instead of spinning on a cell it cannot take yet.
     pub(crate) fn is_empty(&self) -> bool {
-        self.head.load(Ordering::SeqCst) >= self.tail.load(Ordering::SeqCst)
+        let pos = self.head.load(Ordering::SeqCst);
+        let seq = self.cells[pos & self.mask].seq.load(Ordering::SeqCst);
+        // `seq == pos`: nothing published at the head yet. Anything larger
+        // than `pos + 1` means another consumer moved on meanwhile: report
+        // "not empty" and let the caller's pop look again.
+        seq == pos
     }
 }
 

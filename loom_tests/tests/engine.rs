@@ -1,0 +1,165 @@
+//! Loom models of the engine through its public API, on the `naive` engine
+//! (its executor runs operations on the thread that made them ready, so
+//! every thread in a model is a loom thread). What races here is the core:
+//! the variable queues, the dispatcher, the pending counter, the wait slots
+//! and their futex sleeps, the completion hand-off and deferred deletion.
+//!
+//! Each model asserts the rule it protects. A wait that misses its wake-up
+//! leaves its thread blocked, which loom reports as a deadlock.
+#![cfg(depengine_loom)]
+
+use depengine::{Completion, Engine, EngineError, EngineKind, Var};
+use loom::sync::atomic::{AtomicU64, Ordering};
+use loom::sync::Arc;
+
+fn naive() -> Engine {
+    Engine::builder().kind(EngineKind::Naive).build().expect("a naive engine")
+}
+
+/// Pushes an asynchronous write of `var` whose body hands its completion to
+/// a new loom thread; that thread runs `finish` with the completion.
+fn push_foreign_write(
+    engine: &Engine,
+    var: Var,
+    finish: impl FnOnce(Completion) + Send + 'static,
+) -> loom::thread::JoinHandle<()> {
+    let (tx, rx) = loom::sync::mpsc::channel();
+    engine
+        .push_async(
+            move |_, done| {
+                tx.send(done).unwrap();
+            },
+            &[],
+            &[var],
+        )
+        .expect("push");
+    // The naive engine ran the body inside the push: the completion is here.
+    let done = rx.recv().unwrap();
+    loom::thread::spawn(move || finish(done))
+}
+
+/// `wait_var` against a completion signalled on another thread: the wait
+/// returns only after the operation's effect, and sees it.
+#[test]
+fn wait_var_sees_a_foreign_completion() {
+    loom::model(|| {
+        let engine = naive();
+        let v = engine.new_var();
+        let cell = Arc::new(AtomicU64::new(0));
+        let c = cell.clone();
+        let t = push_foreign_write(&engine, v, move |done| {
+            c.store(7, Ordering::Relaxed);
+            done.signal();
+        });
+        engine.wait_var(v).expect("the write succeeded");
+        assert_eq!(cell.load(Ordering::Relaxed), 7, "wait_var returned before the write finished");
+        assert_eq!(engine.var_version(v).unwrap(), 1);
+        t.join().unwrap();
+    });
+}
+
+/// `wait_all` against two completions on two threads: it returns after
+/// both operations finished.
+#[test]
+fn wait_all_sees_every_foreign_completion() {
+    loom::model(|| {
+        let engine = naive();
+        let cells = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+        let threads: Vec<_> = (0..2)
+            .map(|i| {
+                let v = engine.new_var();
+                let c = cells.clone();
+                push_foreign_write(&engine, v, move |done| {
+                    c[i].store(1, Ordering::Relaxed);
+                    done.signal();
+                })
+            })
+            .collect();
+        engine.wait_all().expect("both succeeded");
+        assert!(cells.iter().all(|c| c.load(Ordering::Relaxed) == 1), "wait_all returned early");
+        assert_eq!(engine.pending(), 0);
+        threads.into_iter().for_each(|t| t.join().unwrap());
+    });
+}
+
+/// A completion dropped on another thread fails its operation: the wait
+/// reports the failure (never hangs), and a reader pushed behind it is
+/// skipped.
+#[test]
+fn a_dropped_foreign_completion_fails_the_operation() {
+    loom::model(|| {
+        let engine = naive();
+        let v = engine.new_var();
+        let t = push_foreign_write(&engine, v, drop);
+        let ran = Arc::new(AtomicU64::new(0));
+        let r = ran.clone();
+        engine.push_sync(move |_| r.store(1, Ordering::Relaxed), &[v], &[]).unwrap();
+        match engine.wait_var(v) {
+            Err(EngineError::OpFailed(e)) => assert!(e.message().contains("dropped"), "{e}"),
+            other => panic!("expected the dropped completion's failure, got {other:?}"),
+        }
+        assert_eq!(ran.load(Ordering::Relaxed), 0, "a reader of a failed write ran");
+        t.join().unwrap();
+    });
+}
+
+/// `delete_var` while an operation on the variable is pending on another
+/// thread: the deletion waits for it, its callback runs after the write,
+/// and the variable's slot is given back.
+#[test]
+fn delete_var_waits_for_a_pending_operation() {
+    loom::model(|| {
+        let engine = naive();
+        let v = engine.new_var();
+        let cell = Arc::new(AtomicU64::new(0));
+        let c = cell.clone();
+        let t = push_foreign_write(&engine, v, move |done| {
+            c.store(1, Ordering::Relaxed);
+            done.signal();
+        });
+        let c = cell.clone();
+        engine.delete_var(v, move || assert_eq!(c.swap(2, Ordering::Relaxed), 1, "deleted before the write")).unwrap();
+        assert!(matches!(engine.delete_var(v, || {}), Err(EngineError::DeletedTwice)));
+        engine.wait_all().unwrap();
+        assert_eq!(cell.load(Ordering::Relaxed), 2, "the delete callback ran");
+        assert_eq!(engine.pool_stats().live_vars, 0, "the slot was given back");
+        t.join().unwrap();
+    });
+}
+
+/// Two threads push a write of the same variable at once: the engine
+/// linearizes the pushes (tickets) and runs the writes in that order, so
+/// the write with the smaller ticket reads the initial value.
+#[test]
+fn concurrent_pushes_run_in_ticket_order() {
+    loom::model(|| {
+        let engine = Arc::new(naive());
+        let v = engine.new_var();
+        let cell = Arc::new(AtomicU64::new(0));
+        // (ticket, value read) of each write.
+        let seen = Arc::new([AtomicU64::new(u64::MAX), AtomicU64::new(u64::MAX)]);
+        let push = |i: usize| {
+            let (engine, cell, seen) = (engine.clone(), cell.clone(), seen.clone());
+            move || {
+                engine
+                    .push_sync(
+                        move |ctx| {
+                            let read = cell.fetch_add(1, Ordering::Relaxed);
+                            seen[i].store(ctx.ticket() << 8 | read, Ordering::Relaxed);
+                        },
+                        &[],
+                        &[v],
+                    )
+                    .unwrap();
+            }
+        };
+        let other = loom::thread::spawn(push(1));
+        push(0)();
+        other.join().unwrap();
+        engine.wait_all().unwrap();
+        let mut runs: Vec<u64> = seen.iter().map(|s| s.load(Ordering::Relaxed)).collect();
+        runs.sort_unstable();
+        assert_eq!(runs.iter().map(|r| r & 0xFF).collect::<Vec<_>>(), vec![0, 1], "writes ran out of ticket order");
+        assert_eq!(engine.var_version(v).unwrap(), 2);
+    });
+}

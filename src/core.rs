@@ -378,7 +378,7 @@ impl Core {
     /// Blocks until everything pushed so far has finished.
     pub(crate) fn wait_all(&self) {
         self.flush_dispatcher(|| {});
-        self.pending.wait_zero(|| self.dispatcher.dispatched(), || self.executor.help(self));
+        self.pending.wait_zero(&self.dispatcher, || self.executor.help(self));
     }
 
     /// Pushes a marker reading (or writing) `var` and blocks until it runs;

@@ -42,6 +42,11 @@ pub(crate) struct Dispatcher {
     /// dispatched so far. Written only by the combiner (a plain load and
     /// store: no locked instruction), read by anyone.
     next_ticket: CachePadded<AtomicU64>,
+    /// Delegated submissions not yet stamped: counted by the pusher before
+    /// it links the operation, uncounted by the combiner after stamping.
+    /// Lets `wait_all` see an operation whose push has returned but which
+    /// no combiner has dispatched yet (only the delegated path pays it).
+    undispatched: CachePadded<AtomicU64>,
 }
 
 impl Default for Dispatcher {
@@ -50,6 +55,7 @@ impl Default for Dispatcher {
             busy: CachePadded::new(AtomicU32::new(0)),
             stack: CachePadded::new(AtomicU32::new(NIL)),
             next_ticket: CachePadded::new(AtomicU64::new(0)),
+            undispatched: CachePadded::new(AtomicU64::new(0)),
         }
     }
 }
@@ -66,6 +72,7 @@ impl Dispatcher {
             self.release(oprs, &mut dispatch);
             return;
         }
+        self.undispatched.fetch_add(1, Ordering::SeqCst);
         let block = oprs.get(op);
         let mut head = self.stack.load(Ordering::Relaxed);
         loop {
@@ -97,6 +104,15 @@ impl Dispatcher {
     #[inline]
     pub(crate) fn dispatched(&self) -> u64 {
         self.next_ticket.load(Ordering::SeqCst)
+    }
+
+    /// Delegated submissions not yet dispatched. Read after the
+    /// finished count and before [`dispatched`](Self::dispatched), a zero
+    /// here means every push that returned before the finished operations
+    /// did is counted as dispatched.
+    #[inline]
+    pub(crate) fn undispatched(&self) -> u64 {
+        self.undispatched.load(Ordering::SeqCst)
     }
 
     /// Becomes the combiner (waiting for the current one, which runs no user
@@ -133,11 +149,14 @@ impl Dispatcher {
             fifo = top;
             top = below;
         }
+        let mut stamped = 0;
         while fifo != NIL {
             let next = oprs.get(fifo).link.load(Ordering::Relaxed);
             self.stamp(fifo, dispatch);
+            stamped += 1;
             fifo = next;
         }
+        self.undispatched.fetch_sub(stamped, Ordering::SeqCst);
         true
     }
 

@@ -94,6 +94,9 @@ impl Engine {
     /// then calls `on_deleted` (on an engine thread). Any use of `var` after
     /// this returns is an error.
     pub fn delete_var(&self, var: Var, on_deleted: impl FnOnce() + Send + 'static) -> Result<(), EngineError> {
+        // This thread's open bulk may use `var`: it was pushed first, so it
+        // must reach the engine before `var` is marked deleted.
+        crate::bulk::flush_for(&self.core)?;
         self.core.request_delete(var)?;
         let body = Body::OneShot(InlineFn::new_sync(move |_: &RunContext| on_deleted()));
         let opts = PushOpts::new().name("delete_var").prop(FnProperty::DeleteVar);

@@ -15,6 +15,7 @@
 //! announced sleepers. By the SeqCst total order, either the sleeper's
 //! re-check sees the change or the waker sees the sleeper.
 
+use crate::dispatch::Dispatcher;
 use crate::error::OpError;
 use crate::sync::{
     futex_wait, futex_wake_all, loom_sc_fence, spin_hint, AtomicPtr, AtomicU32, AtomicU64, Ordering, UnsafeCell,
@@ -81,16 +82,30 @@ impl PendingCounter {
         dispatched.saturating_sub(self.finished.load(Ordering::SeqCst))
     }
 
-    /// Blocks until nothing is pending, running `help` while it finds work.
-    pub(crate) fn wait_zero(&self, dispatched: impl Fn() -> u64, help: impl FnMut() -> bool) {
+    /// Whether every operation submitted so far has finished.
+    ///
+    /// The order of the reads matters: an operation pushed from a body is
+    /// submitted before that body's operation finishes, so once `finished`
+    /// counts the parent, the child is either still undispatched (counted
+    /// there) or dispatched (counted in `dispatched`, read last).
+    fn all_finished(&self, dispatcher: &Dispatcher) -> bool {
+        let finished = self.finished.load(Ordering::SeqCst);
+        dispatcher.undispatched() == 0 && dispatcher.dispatched() == finished
+    }
+
+    /// Blocks until every operation submitted so far has finished, running
+    /// `help` while it finds work.
+    pub(crate) fn wait_zero(&self, dispatcher: &Dispatcher, help: impl FnMut() -> bool) {
         help_spin_sleep(
-            || self.pending(dispatched()) == 0,
+            || self.all_finished(dispatcher),
             help,
             || {
                 let epoch = self.epoch.load(Ordering::Acquire);
                 self.sleepers.fetch_add(1, Ordering::SeqCst);
                 loom_sc_fence();
-                if self.pending(dispatched()) != 0 {
+                // Whoever finishes the last pending operation wakes us; an
+                // undispatched one will be dispatched and finish too.
+                if !self.all_finished(dispatcher) {
                     futex_wait(&self.epoch, epoch);
                 }
                 self.sleepers.fetch_sub(1, Ordering::SeqCst);

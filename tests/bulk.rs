@@ -90,3 +90,23 @@ fn a_failing_member_fails_the_bulk() {
         let _ = engine.wait_all();
     }
 }
+
+/// Found by `fuzz/` (schedule target): deleting a variable that this
+/// thread's open bulk uses refused the deletion, because the variable was
+/// marked deleted before the bulk was pushed.
+#[test]
+fn deleting_a_variable_the_open_bulk_uses_runs_the_bulk_first() {
+    for engine in engines() {
+        let v = engine.new_var();
+        let ran = Arc::new(Mutex::new(Vec::new()));
+        engine.set_bulk_size(4).unwrap();
+        let r = ran.clone();
+        engine.push_sync(move |_| r.lock().unwrap().push("read"), &[v], &[]).unwrap();
+        let r = ran.clone();
+        engine.delete_var(v, move || r.lock().unwrap().push("deleted")).expect("the deletion is accepted");
+        engine.set_bulk_size(0).unwrap();
+        engine.wait_all().unwrap();
+        assert_eq!(*ran.lock().unwrap(), vec!["read", "deleted"]);
+        assert_eq!(engine.pool_stats().live_vars, 0);
+    }
+}

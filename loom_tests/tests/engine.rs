@@ -163,3 +163,30 @@ fn concurrent_pushes_run_in_ticket_order() {
         assert_eq!(engine.var_version(v).unwrap(), 2);
     });
 }
+
+/// `wait_all` against an operation pushed from another thread while a
+/// third thread is dispatching (the push is delegated to it): an
+/// asynchronous operation's completion thread pushes a child and then
+/// signals; since the child's push returned before its parent finished,
+/// `wait_all` (which waits for the parent) must wait for the child too.
+/// Found by the schedule fuzz target: the child was not counted until the
+/// combiner dispatched it, so `wait_all` could return before it ran.
+#[test]
+fn wait_all_waits_for_a_delegated_child_push() {
+    loom::model(|| {
+        let engine = Arc::new(naive());
+        let (parent_var, child_var, other_var) = (engine.new_var(), engine.new_var(), engine.new_var());
+        let child_ran = Arc::new(AtomicU64::new(0));
+        let (e, ran) = (engine.clone(), child_ran.clone());
+        let completer = push_foreign_write(&engine, parent_var, move |done| {
+            e.push_sync(move |_| ran.store(1, Ordering::Relaxed), &[], &[child_var]).unwrap();
+            done.signal();
+        });
+        let e = engine.clone();
+        let other = loom::thread::spawn(move || e.push_sync(|_| {}, &[], &[other_var]).unwrap());
+        engine.wait_all().unwrap();
+        assert_eq!(child_ran.load(Ordering::Relaxed), 1, "wait_all returned before the child ran");
+        completer.join().unwrap();
+        other.join().unwrap();
+    });
+}

@@ -1,0 +1,74 @@
+//! What both fuzz targets share: the engines under test (built once per
+//! process, reused by every input), a thread that completes asynchronous
+//! operations from outside the engine, and a panic hook that lets the
+//! panics a target provokes on purpose through.
+
+use depengine::{Engine, EngineKind};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+
+/// The prefix of every panic message a target raises on purpose (a failing
+/// operation body). Any other panic is a finding.
+pub const INTENDED_PANIC: &str = "fuzz: intended panic";
+
+/// The engines every input runs on, `naive` (the reference) first, each with
+/// two CPU workers where it has workers. Built once and reused, so pools and
+/// worker state carry over from input to input as in a long-lived program.
+pub fn engines() -> &'static [(EngineKind, Engine)] {
+    static ENGINES: OnceLock<Vec<(EngineKind, Engine)>> = OnceLock::new();
+    ENGINES.get_or_init(|| {
+        quiet_intended_panics();
+        EngineKind::ALL
+            .iter()
+            .map(|&kind| (kind, Engine::builder().kind(kind).cpu_workers(2).build().expect("engine")))
+            .collect()
+    })
+}
+
+/// Keeps libFuzzer's abort-on-panic hook for every panic except the
+/// intended ones, which bodies raise and the engine catches.
+fn quiet_intended_panics() {
+    let fuzzer_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if !message.starts_with(INTENDED_PANIC) {
+            fuzzer_hook(info);
+        }
+    }));
+}
+
+/// A job for the foreign thread.
+pub type Job = Box<dyn FnOnce() + Send>;
+
+/// Runs `job` on a thread that belongs to no engine (started on first use),
+/// in submission order: where asynchronous operations complete "from
+/// outside".
+pub fn on_foreign_thread(job: Job) {
+    static FOREIGN: OnceLock<Mutex<mpsc::Sender<Job>>> = OnceLock::new();
+    FOREIGN
+        .get_or_init(|| {
+            let (tx, rx) = mpsc::channel::<Job>();
+            std::thread::Builder::new()
+                .name("fuzz-foreign".into())
+                .spawn(move || rx.into_iter().for_each(|job| job()))
+                .expect("foreign thread");
+            Mutex::new(tx)
+        })
+        .lock()
+        .unwrap()
+        .send(job)
+        .expect("the foreign thread is alive");
+}
+
+/// Mixes two values (splitmix64's finaliser): what bodies compute.
+pub fn mix(a: u64, b: u64) -> u64 {
+    let mut z = a ^ b.rotate_left(17) ^ 0x9E37_79B9_7F4A_7C15;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}

@@ -230,6 +230,33 @@ fn push_after_shutdown_is_refused_and_pending_work_still_ran() {
     }
 }
 
+/// Found by `fuzz/` (api_misuse target): with bulking on, a push after
+/// shutdown joined a bulk instead of being refused.
+#[test]
+fn a_bulked_push_after_shutdown_is_refused() {
+    for engine in engines() {
+        let v = engine.new_var();
+        engine.set_bulk_size(4).unwrap();
+        engine.shutdown().unwrap();
+        assert_eq!(engine.push_sync(|_| {}, &[], &[v]), Err(EngineError::ShutDown));
+        assert_eq!(engine.flush_bulk(), Ok(()), "nothing was left in a bulk");
+        engine.set_bulk_size(0).unwrap();
+    }
+}
+
+/// Found by `fuzz/` (api_misuse target): `delete_var` after shutdown was
+/// refused but still marked the variable deleted.
+#[test]
+fn a_refused_deletion_changes_nothing() {
+    for engine in engines() {
+        let v = engine.new_var();
+        engine.push_sync(|_| {}, &[], &[v]).unwrap();
+        engine.shutdown().unwrap();
+        assert_eq!(engine.delete_var(v, || {}), Err(EngineError::ShutDown));
+        assert_eq!(engine.var_version(v), Ok(1), "the variable is still there");
+    }
+}
+
 #[test]
 fn invalid_settings_are_reported() {
     let err = depengine::Engine::builder().cpu_workers(0).build().unwrap_err();

@@ -34,7 +34,11 @@ const CELLS: usize = SHARED + MAX_STEPS + NESTED;
 const FIRST_NESTED_CELL: usize = SHARED + MAX_STEPS;
 
 /// Operation names: a failure is reported by name, so each top-level step has one.
-static NAMES: [&str; MAX_STEPS] = ["t00", "t01", "t02", "t03", "t04", "t05", "t06", "t07", "t08", "t09", "t10", "t11", "t12", "t13", "t14", "t15", "t16", "t17", "t18", "t19", "t20", "t21", "t22", "t23", "t24", "t25", "t26", "t27", "t28", "t29", "t30", "t31", "t32", "t33", "t34", "t35", "t36", "t37", "t38", "t39", "t40", "t41", "t42", "t43", "t44", "t45", "t46", "t47"];
+static NAMES: [&str; MAX_STEPS] = [
+    "t00", "t01", "t02", "t03", "t04", "t05", "t06", "t07", "t08", "t09", "t10", "t11", "t12", "t13", "t14", "t15",
+    "t16", "t17", "t18", "t19", "t20", "t21", "t22", "t23", "t24", "t25", "t26", "t27", "t28", "t29", "t30", "t31",
+    "t32", "t33", "t34", "t35", "t36", "t37", "t38", "t39", "t40", "t41", "t42", "t43", "t44", "t45", "t46", "t47",
+];
 
 const PROPS: [FnProperty; 5] =
     [FnProperty::Normal, FnProperty::CopyToGpu, FnProperty::CopyFromGpu, FnProperty::CpuPrioritized, FnProperty::Async];
@@ -153,7 +157,14 @@ fn members(mask: u8, count: usize) -> impl Iterator<Item = usize> {
 
 impl Run {
     /// A top-level body's work: effect, record, nested push.
-    fn top_work(self: &Arc<Self>, step: usize, ticket: u64, reads: &[usize], writes: &[usize], nested: Option<(u8, u8)>) {
+    fn top_work(
+        self: &Arc<Self>,
+        step: usize,
+        ticket: u64,
+        reads: &[usize],
+        writes: &[usize],
+        nested: Option<(u8, u8)>,
+    ) {
         let read = effect(&self.cells, step as u64, reads, writes);
         self.reads.lock().unwrap()[step] = Some(read);
         self.tickets.lock().unwrap()[step] = Some(ticket);
@@ -348,8 +359,8 @@ fn check_nested(kind: &str, run: &Run) {
         let read = effect(&replay, r.id, &r.reads, &r.writes);
         assert_eq!(read, r.read, "{kind}: nested op {} (ticket {}) read other values than the replay", r.id, r.ticket);
     }
-    for c in FIRST_NESTED_CELL..CELLS {
-        assert_eq!(replay[c].load(Relaxed), run.cells[c].load(Relaxed), "{kind}: final value of nested cell {c}");
+    for (c, (want, got)) in replay.iter().zip(&run.cells).enumerate().skip(FIRST_NESTED_CELL) {
+        assert_eq!(want.load(Relaxed), got.load(Relaxed), "{kind}: final value of nested cell {c}");
     }
 }
 

@@ -38,6 +38,16 @@ fn push_foreign_write(
     loom::thread::spawn(move || finish(done))
 }
 
+/// [`push_foreign_write`] whose completion thread stores `value` into
+/// `cell` and then signals.
+fn push_foreign_store(engine: &Engine, var: Var, cell: &Arc<AtomicU64>, value: u64) -> loom::thread::JoinHandle<()> {
+    let cell = cell.clone();
+    push_foreign_write(engine, var, move |done| {
+        cell.store(value, Ordering::Relaxed);
+        done.signal();
+    })
+}
+
 /// `wait_var` against a completion signalled on another thread: the wait
 /// returns only after the operation's effect, and sees it.
 #[test]
@@ -46,11 +56,7 @@ fn wait_var_sees_a_foreign_completion() {
         let engine = naive();
         let v = engine.new_var();
         let cell = Arc::new(AtomicU64::new(0));
-        let c = cell.clone();
-        let t = push_foreign_write(&engine, v, move |done| {
-            c.store(7, Ordering::Relaxed);
-            done.signal();
-        });
+        let t = push_foreign_store(&engine, v, &cell, 7);
         engine.wait_var(v).expect("the write succeeded");
         assert_eq!(cell.load(Ordering::Relaxed), 7, "wait_var returned before the write finished");
         assert_eq!(engine.var_version(v).unwrap(), 1);
@@ -64,17 +70,8 @@ fn wait_var_sees_a_foreign_completion() {
 fn wait_all_sees_every_foreign_completion() {
     loom::model(|| {
         let engine = naive();
-        let cells = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
-        let threads: Vec<_> = (0..2)
-            .map(|i| {
-                let v = engine.new_var();
-                let c = cells.clone();
-                push_foreign_write(&engine, v, move |done| {
-                    c[i].store(1, Ordering::Relaxed);
-                    done.signal();
-                })
-            })
-            .collect();
+        let cells = [Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0))];
+        let threads: Vec<_> = cells.iter().map(|cell| push_foreign_store(&engine, engine.new_var(), cell, 1)).collect();
         engine.wait_all().expect("both succeeded");
         assert!(cells.iter().all(|c| c.load(Ordering::Relaxed) == 1), "wait_all returned early");
         assert_eq!(engine.pending(), 0);
@@ -112,11 +109,7 @@ fn delete_var_waits_for_a_pending_operation() {
         let engine = naive();
         let v = engine.new_var();
         let cell = Arc::new(AtomicU64::new(0));
-        let c = cell.clone();
-        let t = push_foreign_write(&engine, v, move |done| {
-            c.store(1, Ordering::Relaxed);
-            done.signal();
-        });
+        let t = push_foreign_store(&engine, v, &cell, 1);
         let c = cell.clone();
         engine.delete_var(v, move || assert_eq!(c.swap(2, Ordering::Relaxed), 1, "deleted before the write")).unwrap();
         assert!(matches!(engine.delete_var(v, || {}), Err(EngineError::DeletedTwice)));

@@ -64,6 +64,7 @@ pub struct EngineBuilder {
     pub(crate) spin: Duration,
     pub(crate) cancel_on_drop: bool,
     pub(crate) max_pending: u64,
+    pub(crate) shuffle_seed: Option<u64>,
 }
 
 impl Default for EngineBuilder {
@@ -75,6 +76,7 @@ impl Default for EngineBuilder {
             spin: Duration::from_micros(50),
             cancel_on_drop: false,
             max_pending: 1 << 16,
+            shuffle_seed: None,
         }
     }
 }
@@ -114,6 +116,9 @@ impl EngineBuilder {
         }
         if let Some(n) = env_parse("DEPENGINE_MAX_PENDING")? {
             b.max_pending = n;
+        }
+        if let Some(seed) = env_parse("DEPENGINE_SHUFFLE_SEED")? {
+            b.shuffle_seed = Some(seed);
         }
         Ok(b)
     }
@@ -158,6 +163,25 @@ impl EngineBuilder {
     /// outstanding on purpose is slowed, never deadlocked.
     pub fn max_pending(mut self, n: u64) -> Self {
         self.max_pending = n;
+        self
+    }
+
+    /// Runs ready operations in a random order drawn from `seed` instead
+    /// of on the engine's workers: a debugging mode for finding missing
+    /// dependencies. Operations run only inside waits (on the waiting
+    /// thread), so with one pushing thread the execution replays exactly
+    /// from the seed. The scheduling rule still holds. Also set by
+    /// `DEPENGINE_SHUFFLE_SEED`.
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().shuffle_seed(7).build().unwrap();
+    /// let v = engine.new_var();
+    /// engine.push_sync(|_| {}, &[], &[v]).unwrap();
+    /// engine.wait_var(v).unwrap(); // runs it, here
+    /// assert_eq!(engine.shuffle_seed(), Some(7));
+    /// ```
+    pub fn shuffle_seed(mut self, seed: u64) -> Self {
+        self.shuffle_seed = Some(seed);
         self
     }
 

@@ -18,7 +18,7 @@ use crate::pool::{Pool, NIL};
 use crate::sync::{AtomicBool, Ordering};
 use crate::var::{Var, VarSlot, DELETE_DISPATCHED, DELETE_REQUESTED};
 use crate::var_queue::VarBlock;
-use crate::wait::{FirstError, PendingCounter, WaitSlot};
+use crate::wait::{FirstError, Helper, PendingCounter, WaitSlot};
 use std::cell::Cell;
 
 /// Engine ids, so that a variable of one engine is recognised by another.
@@ -375,10 +375,15 @@ impl Core {
         }
     }
 
+    /// How a thread blocked in a wait helps run ready work.
+    fn helper(&self) -> Helper<impl FnMut() -> bool + '_> {
+        Helper { help: || self.executor.help(self), can_sleep: self.executor.waiters_can_sleep() }
+    }
+
     /// Blocks until everything pushed so far has finished.
     pub(crate) fn wait_all(&self) {
         self.flush_dispatcher(|| {});
-        self.pending.wait_zero(&self.dispatcher, || self.executor.help(self));
+        self.pending.wait_zero(&self.dispatcher, self.helper());
     }
 
     /// Pushes a marker reading (or writing) `var` and blocks until it runs;
@@ -392,7 +397,7 @@ impl Core {
             self.waits.give(ws);
             return Err(e);
         }
-        let (error, last) = self.waits.get(ws).wait(|| self.executor.help(self));
+        let (error, last) = self.waits.get(ws).wait(self.helper());
         if last {
             self.waits.give(ws);
         }

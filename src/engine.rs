@@ -7,6 +7,7 @@ use crate::core::Core;
 use crate::error::{EngineError, OpOutput};
 use crate::executor::naive::NaiveExecutor;
 use crate::executor::pooled::PooledExecutor;
+use crate::executor::shuffle::ShuffleExecutor;
 use crate::executor::Executor;
 use crate::inline_fn::InlineFn;
 use crate::operator::{Operator, OperatorBody, OperatorInner};
@@ -28,6 +29,7 @@ pub struct Engine {
     core: Arc<Core>,
     kind: EngineKind,
     cancel_on_drop: bool,
+    shuffle_seed: Option<u64>,
 }
 
 /// Pool occupancy, for leak checks and tuning. Exact when the engine is idle.
@@ -64,13 +66,22 @@ impl Engine {
     }
 
     pub(crate) fn start(b: EngineBuilder) -> Engine {
-        let executor: Box<dyn Executor> = match b.kind {
-            EngineKind::Naive => Box::new(NaiveExecutor),
-            EngineKind::Pooled => Box::new(PooledExecutor::new(b.resolved_cpu_workers(), b.copy_workers, b.spin)),
+        let executor: Box<dyn Executor> = match (b.shuffle_seed, b.kind) {
+            (Some(seed), _) => Box::new(ShuffleExecutor::new(seed)),
+            (None, EngineKind::Naive) => Box::new(NaiveExecutor),
+            (None, EngineKind::Pooled) => {
+                Box::new(PooledExecutor::new(b.resolved_cpu_workers(), b.copy_workers, b.spin))
+            }
         };
         let core = Arc::new(Core::new(executor, b.max_pending));
         core.executor.start(&core);
-        Engine { core, kind: b.kind, cancel_on_drop: b.cancel_on_drop }
+        Engine { core, kind: b.kind, cancel_on_drop: b.cancel_on_drop, shuffle_seed: b.shuffle_seed }
+    }
+
+    /// The seed of the random-order mode, if the engine runs in it
+    /// ([`EngineBuilder::shuffle_seed`](crate::EngineBuilder::shuffle_seed)).
+    pub fn shuffle_seed(&self) -> Option<u64> {
+        self.shuffle_seed
     }
 
     /// Which engine this is.

@@ -26,19 +26,32 @@ use std::sync::Arc;
 /// Spin iterations a waiter tries (helping or pausing) before it sleeps.
 const WAIT_SPINS: u32 = if cfg!(depengine_loom) { 1 } else { 2_000 };
 
-/// The shape of every blocking wait: until `done()`, run work while `help`
-/// finds some, else spin a little, else `sleep` (which announces itself,
-/// re-checks and parks on a futex, per the protocol above).
-fn help_spin_sleep(mut done: impl FnMut() -> bool, mut help: impl FnMut() -> bool, mut sleep: impl FnMut()) {
+/// How a waiting thread helps: `help` runs one ready operation if it finds
+/// one; `can_sleep` says whether the thread may sleep when it finds none
+/// (see `Executor::waiters_can_sleep`).
+pub(crate) struct Helper<H> {
+    pub(crate) help: H,
+    pub(crate) can_sleep: bool,
+}
+
+/// The shape of every blocking wait: until `done()`, run work while the
+/// helper finds some, else spin a little, else `sleep` (which announces
+/// itself, re-checks and parks on a futex, per the protocol above) — or,
+/// where waiters may not sleep, yield and look again.
+fn help_spin_sleep(mut done: impl FnMut() -> bool, mut helper: Helper<impl FnMut() -> bool>, mut sleep: impl FnMut()) {
     let mut spins = 0;
     while !done() {
-        if help() {
+        if (helper.help)() {
             spins = 0;
         } else if spins < WAIT_SPINS {
             spins += 1;
             spin_hint();
         } else {
-            sleep();
+            if helper.can_sleep {
+                sleep();
+            } else {
+                std::thread::yield_now();
+            }
             spins = 0;
         }
     }
@@ -95,10 +108,10 @@ impl PendingCounter {
 
     /// Blocks until every operation submitted so far has finished, running
     /// `help` while it finds work.
-    pub(crate) fn wait_zero(&self, dispatcher: &Dispatcher, help: impl FnMut() -> bool) {
+    pub(crate) fn wait_zero(&self, dispatcher: &Dispatcher, helper: Helper<impl FnMut() -> bool>) {
         help_spin_sleep(
             || self.all_finished(dispatcher),
-            help,
+            helper,
             || {
                 let epoch = self.epoch.load(Ordering::Acquire);
                 self.sleepers.fetch_add(1, Ordering::SeqCst);
@@ -154,10 +167,10 @@ impl WaitSlot {
     /// Blocks until delivered, running `help` while it finds work; returns
     /// the delivered failure. Returns whether the caller dropped the last
     /// reference alongside.
-    pub(crate) fn wait(&self, help: impl FnMut() -> bool) -> (Option<Arc<OpError>>, bool) {
+    pub(crate) fn wait(&self, helper: Helper<impl FnMut() -> bool>) -> (Option<Arc<OpError>>, bool) {
         help_spin_sleep(
             || self.state.load(Ordering::Acquire) == DONE,
-            help,
+            helper,
             || match self.state.compare_exchange(WAITING, SLEEPING, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) | Err(SLEEPING) => futex_wait(&self.state, SLEEPING),
                 Err(_) => {} // DONE meanwhile

@@ -3,8 +3,8 @@
 //! (2–19 reads, duplicates included) and write sets; each body computes the
 //! new value of every written variable from the values it read (some sleep
 //! or spin, some are asynchronous and complete on a helper thread, some
-//! fail). Every engine must end with exactly the values, versions and
-//! failures of the naive engine.
+//! fail). Every engine, and the seeded random-order mode, must end with
+//! exactly the values, versions and failures of the naive engine.
 
 mod common;
 
@@ -133,12 +133,18 @@ fn check_seed(seed: u64) {
     let ops = generate(seed);
     let reference = run(&engine(EngineKind::Naive), &ops);
     assert!(reference.2.iter().any(|f| f.is_some()), "seed {seed}: the workload should contain failures");
-    for kind in EngineKind::ALL.into_iter().filter(|&k| k != EngineKind::Naive) {
-        let got = run(&engine(kind), &ops);
+    // Every engine with workers, and the random-order mode with two seeds.
+    let others = EngineKind::ALL
+        .into_iter()
+        .filter(|&k| k != EngineKind::Naive)
+        .map(|k| (format!("{k:?}"), engine(k)))
+        .chain([1, 2].map(|s| (format!("shuffle seed {s}"), Engine::builder().shuffle_seed(s).build().unwrap())));
+    for (kind, engine) in others {
+        let got = run(&engine, &ops);
         for v in 0..VARS {
-            assert_eq!(got.0[v], reference.0[v], "seed {seed}, {kind:?}: value of var {v} differs from naive");
-            assert_eq!(got.1[v], reference.1[v], "seed {seed}, {kind:?}: version of var {v} differs from naive");
-            assert_eq!(got.2[v], reference.2[v], "seed {seed}, {kind:?}: failure of var {v} differs from naive");
+            assert_eq!(got.0[v], reference.0[v], "seed {seed}, {kind}: value of var {v} differs from naive");
+            assert_eq!(got.1[v], reference.1[v], "seed {seed}, {kind}: version of var {v} differs from naive");
+            assert_eq!(got.2[v], reference.2[v], "seed {seed}, {kind}: failure of var {v} differs from naive");
         }
     }
 }

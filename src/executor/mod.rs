@@ -7,13 +7,17 @@
 //! - [`naive`]: runs every ready operation at once on the thread that made
 //!   it ready (the reference the others are checked against);
 //! - [`pooled`]: a shared worker pool with one ready queue, plus a separate
-//!   queue and pool for copy operations.
+//!   queue and pool for copy operations;
+//! - [`shuffle`]: no workers; threads that wait run ready operations in a
+//!   seeded random order (a debugging mode that replaces any engine's
+//!   executor when a shuffle seed is set).
 
 pub(crate) mod inline;
 pub(crate) mod naive;
 pub(crate) mod park;
 pub(crate) mod pooled;
 pub(crate) mod ready_ring;
+pub(crate) mod shuffle;
 
 use crate::context::FnProperty;
 use crate::core::Core;
@@ -31,6 +35,14 @@ pub(crate) trait Executor: Send + Sync {
     /// Runs one ready operation on the calling (waiting) thread if the
     /// executor has one it may run here; returns whether it ran one.
     fn help(&self, core: &Core) -> bool;
+
+    /// Whether a waiting thread may sleep when [`help`](Self::help) finds
+    /// nothing. An executor whose ready work only waiting threads run must
+    /// say no: work made ready by a completion signalled on another thread
+    /// wakes nobody, so its waiters poll (yielding) instead.
+    fn waiters_can_sleep(&self) -> bool {
+        true
+    }
 
     /// Stops and joins the executor's threads. Called once, with no work left.
     fn stop(&self);

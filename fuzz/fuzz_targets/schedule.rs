@@ -14,7 +14,7 @@
 //! exactly once. Afterwards every pool must be empty again.
 #![no_main]
 
-use arbitrary::Arbitrary;
+use arbitrary::{Arbitrary, Unstructured};
 use depengine::{Completion, Engine, EngineError, FnProperty, PushOpts, RunContext, Var};
 use depengine_fuzz::{engines, mix, on_foreign_thread, INTENDED_PANIC};
 use libfuzzer_sys::fuzz_target;
@@ -127,7 +127,7 @@ struct NestedRun {
 
 /// State shared with the bodies of one program run.
 struct Run {
-    engine: &'static Engine,
+    engine: Arc<Engine>,
     cells: Vec<AtomicU64>,
     nested_vars: Vec<Var>,
     reads: Mutex<Vec<Option<Vec<u64>>>>,
@@ -279,9 +279,9 @@ fn wait_result(kind: &str, step: usize, result: Result<(), EngineError>) -> Wait
 
 /// Runs `steps` on `engine` and checks what only depends on this engine;
 /// returns what must match the reference.
-fn run_program(kind: &str, engine: &'static Engine, steps: &[Step]) -> Observed {
+fn run_program(kind: &str, engine: &Arc<Engine>, steps: &[Step]) -> Observed {
     let run = Arc::new(Run {
-        engine,
+        engine: engine.clone(),
         cells: (0..CELLS as u64).map(AtomicU64::new).collect(),
         nested_vars: (0..NESTED).map(|_| engine.new_var()).collect(),
         reads: Mutex::new(vec![None; steps.len()]),
@@ -364,11 +364,16 @@ fn check_nested(kind: &str, run: &Run) {
     }
 }
 
-fuzz_target!(|steps: Vec<Step>| {
+fuzz_target!(|data: &[u8]| {
+    let Ok(steps) = Vec::<Step>::arbitrary_take_rest(Unstructured::new(data)) else { return };
     let steps = &steps[..steps.len().min(MAX_STEPS)];
+    // The random-order mode, seeded from the input: among the operations
+    // ready at each moment, a different one runs first for each seed.
+    let seed = data.iter().fold(0xCBF2_9CE4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01B3));
+    let shuffled = Arc::new(Engine::builder().shuffle_seed(seed).build().expect("engine"));
     let mut reference: Option<Observed> = None;
-    for (kind, engine) in engines() {
-        let kind = kind.name();
+    let all = engines().iter().map(|(kind, engine)| (kind.name(), engine)).chain([("shuffle", &shuffled)]);
+    for (kind, engine) in all {
         let seen = run_program(kind, engine, steps);
         match &reference {
             None => reference = Some(seen),

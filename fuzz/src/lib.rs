@@ -5,7 +5,7 @@
 
 use depengine::{Engine, EngineKind};
 use std::sync::mpsc;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// The prefix of every panic message a target raises on purpose (a failing
 /// operation body). Any other panic is a finding.
@@ -14,13 +14,13 @@ pub const INTENDED_PANIC: &str = "fuzz: intended panic";
 /// The engines every input runs on, `naive` (the reference) first, each with
 /// two CPU workers where it has workers. Built once and reused, so pools and
 /// worker state carry over from input to input as in a long-lived program.
-pub fn engines() -> &'static [(EngineKind, Engine)] {
-    static ENGINES: OnceLock<Vec<(EngineKind, Engine)>> = OnceLock::new();
+pub fn engines() -> &'static [(EngineKind, Arc<Engine>)] {
+    static ENGINES: OnceLock<Vec<(EngineKind, Arc<Engine>)>> = OnceLock::new();
     ENGINES.get_or_init(|| {
         quiet_intended_panics();
         EngineKind::ALL
             .iter()
-            .map(|&kind| (kind, Engine::builder().kind(kind).cpu_workers(2).build().expect("engine")))
+            .map(|&kind| (kind, Arc::new(Engine::builder().kind(kind).cpu_workers(2).build().expect("engine"))))
             .collect()
     })
 }

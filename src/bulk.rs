@@ -26,7 +26,7 @@ use crate::core::Core;
 use crate::error::EngineError;
 use crate::inline_fn::{InlineFn, Outcome};
 use crate::opr::{Body, OprKind};
-use crate::sync::{Ordering, UnsafeCell};
+use crate::sync::UnsafeCell;
 use crate::var::Var;
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
@@ -209,9 +209,7 @@ pub(crate) fn try_add(
     }
     // Refused now, like an unbulked push: a bulk opened after shutdown
     // could never be pushed.
-    if core.shutting_down.load(Ordering::Relaxed) {
-        return Err(EngineError::ShutDown);
-    }
+    core.check_open()?;
     // A different engine or context starts a new bulk: push the old one
     // first (and before opening the new one, which that push would flush).
     let stale = BULK.with(|cell| {

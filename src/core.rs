@@ -209,12 +209,22 @@ impl Core {
         self.submit(op)
     }
 
+    /// `ShutDown` once the engine has begun shutting down: every call that
+    /// would add work checks this before it changes anything.
+    #[inline]
+    pub(crate) fn check_open(&self) -> Result<(), EngineError> {
+        if self.shutting_down.load(Ordering::Relaxed) {
+            return Err(EngineError::ShutDown);
+        }
+        Ok(())
+    }
+
     /// Hands the operation to the dispatcher (which counts it as pending
     /// when it stamps its ticket).
     fn submit(&self, op: u32) -> Result<(), EngineError> {
-        if self.shutting_down.load(Ordering::Relaxed) {
+        if let Err(e) = self.check_open() {
             self.discard(op);
-            return Err(EngineError::ShutDown);
+            return Err(e);
         }
         let mut ready = ReadyList { head: NIL, tail: NIL };
         self.dispatcher.submit(&self.oprs, op, |op, ticket| self.dispatch(op, ticket, &mut ready));

@@ -109,9 +109,7 @@ impl Engine {
         // must reach the engine before `var` is marked deleted.
         crate::bulk::flush_for(&self.core)?;
         // Refused before the variable is marked: a failed call changes nothing.
-        if self.core.shutting_down.load(Ordering::Acquire) {
-            return Err(EngineError::ShutDown);
-        }
+        self.core.check_open()?;
         self.core.request_delete(var)?;
         let body = Body::OneShot(InlineFn::new_sync(move |_: &RunContext| on_deleted()));
         let opts = PushOpts::new().name("delete_var").prop(FnProperty::DeleteVar);

@@ -150,7 +150,7 @@ fn effect(cells: &[AtomicU64], id: u64, reads: &[usize], writes: &[usize]) -> Ve
     read
 }
 
-/// The members of `mask` among `count` variables, reads minus writes.
+/// The indices below `count` whose bit is set in `mask`.
 fn members(mask: u8, count: usize) -> impl Iterator<Item = usize> {
     (0..count).filter(move |i| mask & (1 << i) != 0)
 }

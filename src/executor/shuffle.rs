@@ -50,8 +50,8 @@ impl ShuffleExecutor {
 
     /// One splitmix64 draw (WORKLOADS.md's generator).
     fn draw(&self) -> u64 {
-        let s = self.rng.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed).wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = s;
+        const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut z = self.rng.fetch_add(GOLDEN, Ordering::Relaxed).wrapping_add(GOLDEN);
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^ (z >> 31)

@@ -15,6 +15,7 @@ use crate::error::{EngineError, OpError};
 use crate::executor::Executor;
 use crate::opr::{Body, Dep, OprBlock, OprKind, READ, WRITE};
 use crate::pool::{Pool, NIL};
+use crate::stats::Stats;
 use crate::sync::{AtomicBool, Ordering};
 use crate::var::{Var, VarSlot, DELETE_DISPATCHED, DELETE_REQUESTED};
 use crate::var_queue::VarBlock;
@@ -55,12 +56,14 @@ pub(crate) struct Core {
     pub(crate) first_error: FirstError,
     pub(crate) shutting_down: AtomicBool,
     pub(crate) cancelling: AtomicBool,
+    pub(crate) stats: Stats,
     /// The pending-operation cap (0: none); see `throttle`.
     max_pending: u64,
 }
 
 impl Core {
     pub(crate) fn new(executor: Box<dyn Executor>, max_pending: u64) -> Self {
+        let workers = executor.worker_threads();
         Core {
             id: NEXT_ENGINE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             oprs: Pool::new(),
@@ -74,6 +77,7 @@ impl Core {
             first_error: FirstError::default(),
             shutting_down: AtomicBool::new(false),
             cancelling: AtomicBool::new(false),
+            stats: Stats::new(workers),
             max_pending,
         }
     }
@@ -229,8 +233,12 @@ impl Core {
         let mut ready = ReadyList { head: NIL, tail: NIL };
         self.dispatcher.submit(&self.oprs, op, |op, ticket| self.dispatch(op, ticket, &mut ready));
         self.schedule_list(ready);
-        if self.max_pending != 0 && self.pending() >= self.max_pending {
-            self.throttle();
+        if self.max_pending != 0 {
+            let pending = self.pending();
+            self.stats.note_pending(pending);
+            if pending >= self.max_pending {
+                self.throttle();
+            }
         }
         Ok(())
     }
@@ -245,9 +253,11 @@ impl Core {
         if std::ptr::eq(core, self) {
             return;
         }
+        self.stats.throttled();
         let mut idle = 0u32;
         while self.pending() >= self.max_pending && idle < THROTTLE_IDLE_LIMIT {
             if self.executor.help(self) {
+                self.stats.helped();
                 idle = 0;
             } else {
                 idle += 1;
@@ -387,7 +397,14 @@ impl Core {
 
     /// How a thread blocked in a wait helps run ready work.
     fn helper(&self) -> Helper<impl FnMut() -> bool + '_> {
-        Helper { help: || self.executor.help(self), can_sleep: self.executor.waiters_can_sleep() }
+        let help = || {
+            let ran = self.executor.help(self);
+            if ran {
+                self.stats.helped();
+            }
+            ran
+        };
+        Helper { help, can_sleep: self.executor.waiters_can_sleep() }
     }
 
     /// Blocks until everything pushed so far has finished.
@@ -407,6 +424,7 @@ impl Core {
             self.waits.give(ws);
             return Err(e);
         }
+        self.stats.waited();
         let (error, last) = self.waits.get(ws).wait(self.helper());
         if last {
             self.waits.give(ws);

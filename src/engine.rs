@@ -12,6 +12,7 @@ use crate::executor::Executor;
 use crate::inline_fn::InlineFn;
 use crate::operator::{Operator, OperatorBody, OperatorInner};
 use crate::opr::{Body, Dep, DepList, OprKind, READ, WRITE};
+use crate::stats::EngineStats;
 use crate::sync::Ordering;
 use crate::var::Var;
 use std::sync::{Arc, OnceLock};
@@ -33,7 +34,7 @@ pub struct Engine {
 }
 
 /// Pool occupancy, for leak checks and tuning. Exact when the engine is idle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PoolStats {
     /// Operation blocks in use.
     pub live_ops: usize,
@@ -341,6 +342,20 @@ impl Engine {
             live_vars: self.core.vars.live(),
             op_blocks_created: self.core.oprs.capacity_used(),
         }
+    }
+
+    /// The engine's counters (see [`EngineStats`]); cheap enough to call
+    /// often, exact when the engine is idle.
+    pub fn stats(&self) -> EngineStats {
+        let mut s = EngineStats::default();
+        self.core.stats.read_into(&mut s);
+        self.core.executor.add_stats(&mut s);
+        // Tickets count every dispatched operation, wait markers included.
+        let dispatched = self.core.dispatcher.dispatched();
+        s.pushed = dispatched - s.waits.min(dispatched);
+        s.finished = dispatched - self.core.pending().min(dispatched) - s.waits.min(dispatched);
+        s.pools = self.pool_stats();
+        s
     }
 
     /// Finishes every pushed operation, then refuses further pushes

@@ -57,7 +57,9 @@ impl Core {
             self.finish(op);
             return;
         }
+        self.stats.ran(worker);
         if let Some(failure) = self.inherited_failure(block, meta) {
+            self.stats.skipped();
             self.complete(op, Some(&failure));
             self.finish(op);
             return;
@@ -177,6 +179,7 @@ impl Core {
         let (meta, deps) = unsafe { (block.meta(), block.dep_slice()) };
         if let Some(failure) = failure {
             if !matches!(meta.kind, OprKind::Wait(_)) {
+                self.stats.failed();
                 self.first_error.record(failure);
             }
         }

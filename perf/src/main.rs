@@ -15,6 +15,8 @@
 //!                              runs right after our engines on each row
 //!   --json PATH                also write the results as JSON
 //!   --quick                    N/100 and 2 repetitions (a smoke run)
+//!   --stats                    print each engine's counters (depengine::EngineStats)
+//!                              under its row, summed over all repetitions
 //! ```
 
 mod measure;
@@ -42,6 +44,7 @@ struct Options {
     peers: Vec<(String, String)>,
     json: Option<String>,
     quick: bool,
+    stats: bool,
 }
 
 fn usage(msg: &str) -> ! {
@@ -62,6 +65,7 @@ fn parse_args() -> Options {
         peers: Vec::new(),
         json: None,
         quick: false,
+        stats: false,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -77,6 +81,7 @@ fn parse_args() -> Options {
             "--reps" => o.reps = val().parse().unwrap_or_else(|_| usage("bad --reps")),
             "--threads" => o.threads = val().parse().unwrap_or_else(|_| usage("bad --threads")),
             "--spin-us" => o.spin_us = Some(val().parse().unwrap_or_else(|_| usage("bad --spin-us"))),
+            "--stats" => o.stats = true,
             "--bulk" => o.bulk = val().parse().unwrap_or_else(|_| usage("bad --bulk")),
             "--peer" => {
                 let v = val();
@@ -118,6 +123,8 @@ struct Row {
     allocs_per_op: Option<f64>,
     rss_mb: Option<f64>,
     pingpong: Option<[f64; 3]>,
+    /// The engine's counters after the row (`--stats`).
+    stats: Option<String>,
 }
 
 fn throughput(kind: EngineKind, wl: &Workload, w: u32, o: &Options) -> Row {
@@ -150,6 +157,7 @@ fn throughput(kind: EngineKind, wl: &Workload, w: u32, o: &Options) -> Row {
         allocs_per_op: Some(median(&mut allocs)),
         rss_mb: peak_rss_mb(),
         pingpong: None,
+        stats: o.stats.then(|| engine.stats().to_string()),
     }
 }
 
@@ -185,6 +193,7 @@ fn pingpong(kind: EngineKind, o: &Options) -> Row {
         allocs_per_op: Some(allocs),
         rss_mb: peak_rss_mb(),
         pingpong: Some([median(&mut pct[0]), median(&mut pct[1]), median(&mut pct[2])]),
+        stats: o.stats.then(|| engine.stats().to_string()),
     }
 }
 
@@ -224,6 +233,7 @@ fn peer(name: &str, path: &str, workload: &str, w: u32, n: usize, o: &Options) -
         allocs_per_op: None,
         rss_mb: None,
         pingpong,
+        stats: None,
     })
 }
 
@@ -257,6 +267,11 @@ fn print_row(r: &Row) {
             fmt_opt(r.allocs_per_op, 3),
             fmt_opt(r.rss_mb, 0)
         ),
+    }
+    if let Some(stats) = &r.stats {
+        for line in stats.lines() {
+            println!("    {line}");
+        }
     }
 }
 

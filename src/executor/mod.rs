@@ -21,6 +21,7 @@ pub(crate) mod shuffle;
 
 use crate::context::FnProperty;
 use crate::core::Core;
+use crate::stats::EngineStats;
 use std::sync::Arc;
 
 /// Where ready operations run.
@@ -49,4 +50,13 @@ pub(crate) trait Executor: Send + Sync {
 
     /// Worker threads serving CPU operations.
     fn cpu_workers(&self) -> usize;
+
+    /// All the executor's worker threads; they run operations as
+    /// `Core::run(op, Some(id))` with `id` below this.
+    fn worker_threads(&self) -> usize {
+        0
+    }
+
+    /// Adds the executor's own counters (parks, wake-ups, queue depth).
+    fn add_stats(&self, _stats: &mut EngineStats) {}
 }

@@ -34,27 +34,32 @@ impl Sleep {
 
     /// **→ parked**: sleeps unless `has_work()` says otherwise once the
     /// worker has announced itself. Returns after a wake-up (or a spurious
-    /// return).
-    pub(crate) fn park(&self, has_work: impl Fn() -> bool) {
+    /// return), saying whether it slept.
+    pub(crate) fn park(&self, has_work: impl Fn() -> bool) -> bool {
         let epoch = self.epoch.load(Ordering::Acquire);
         self.sleepers.fetch_add(1, Ordering::SeqCst);
         // With `notify_one`'s fence: either the notifier sees us in
         // `sleepers` (or no longer spinning) or we see its work.
         loom_sc_fence();
-        if !has_work() {
+        let sleep = !has_work();
+        if sleep {
             futex_wait(&self.epoch, epoch);
         }
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
+        sleep
     }
 
     /// Work was published: wakes one parked worker unless one is spinning.
+    /// Returns whether it issued a wake-up.
     #[inline]
-    pub(crate) fn notify_one(&self) {
+    pub(crate) fn notify_one(&self) -> bool {
         fence(Ordering::SeqCst);
         if self.spinning.load(Ordering::Relaxed) == 0 && self.sleepers.load(Ordering::Relaxed) > 0 {
             self.epoch.fetch_add(1, Ordering::Release);
             futex_wake_one(&self.epoch);
+            return true;
         }
+        false
     }
 
     /// Wakes every parked worker (shutdown).

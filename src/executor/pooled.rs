@@ -20,6 +20,7 @@ use super::Executor;
 use crate::context::FnProperty;
 use crate::core::Core;
 use crate::pool::NIL;
+use crate::stats::{EngineStats, ExecutorCounters, READY_SAMPLE};
 use crate::sync::{spin_hint, AtomicBool, Ordering};
 use std::cell::Cell;
 use std::sync::{Arc, Mutex};
@@ -40,6 +41,7 @@ pub(crate) struct WorkerPool {
     spin: Duration,
     workers: usize,
     first_worker_id: usize,
+    counters: ExecutorCounters,
 }
 
 crate::sync::thread_local! {
@@ -60,6 +62,7 @@ impl WorkerPool {
             spin,
             workers,
             first_worker_id,
+            counters: ExecutorCounters::default(),
         }
     }
 
@@ -81,8 +84,16 @@ impl WorkerPool {
     /// spinning); hands `op` back when the ring is full.
     fn publish(&self, op: u32) -> Result<(), u32> {
         self.ring.push(op)?;
-        self.sleep.notify_one();
+        self.wake_one();
         Ok(())
+    }
+
+    /// Wakes a parked worker (unless one is spinning), counting it.
+    #[inline]
+    fn wake_one(&self) {
+        if self.sleep.notify_one() {
+            self.counters.wakeups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     fn next_ready(&self) -> Option<u32> {
@@ -122,7 +133,7 @@ impl WorkerPool {
             if found {
                 // More than the one we will take: another worker may help.
                 if self.ring.len() > 1 {
-                    self.sleep.notify_one();
+                    self.wake_one();
                 }
                 return true;
             }
@@ -130,7 +141,9 @@ impl WorkerPool {
         if self.stop.load(Ordering::Acquire) {
             return false;
         }
-        self.sleep.park(|| !self.ring.is_empty() || self.stop.load(Ordering::SeqCst));
+        if self.sleep.park(|| !self.ring.is_empty() || self.stop.load(Ordering::SeqCst)) {
+            self.counters.parks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         true
     }
 
@@ -150,9 +163,14 @@ impl WorkerPool {
         POOL.with(|p| p.set(self));
         WORKER_ID.with(|w| w.set(Some(id)));
         core.enter_worker();
+        let mut ran = 0u64;
         loop {
             if let Some(op) = self.next_ready() {
                 core.run(op, Some(id));
+                ran += 1;
+                if ran % READY_SAMPLE == 0 {
+                    self.counters.ready_high_water.note(self.ring.len() as u64);
+                }
                 continue;
             }
             core.flush_worker_batch();
@@ -242,6 +260,15 @@ impl Executor for PooledExecutor {
 
     fn cpu_workers(&self) -> usize {
         self.normal.workers
+    }
+
+    fn worker_threads(&self) -> usize {
+        self.normal.workers + self.copy.workers
+    }
+
+    fn add_stats(&self, s: &mut EngineStats) {
+        self.normal.counters.add_into(s);
+        self.copy.counters.add_into(s);
     }
 }
 

@@ -1,0 +1,235 @@
+//! Engine statistics: always on, cheap enough to leave on.
+//!
+//! The counter on the hot path — operations run — lives in one cache line
+//! per worker thread that only that worker writes (a plain load and store,
+//! no locked instruction, no line shared with another core). Operations run
+//! on other threads (inline runs, waiters helping, the naive engine) share
+//! one line and count with `fetch_add`. Everything else is counted where the
+//! engine is already slow (a park, a futex wake-up, a failure, a throttled
+//! push) or read from state the engine keeps anyway (the dispatcher's ticket
+//! count, the pools). [`Engine::stats`](crate::Engine::stats) sums it all.
+//!
+//! High-water marks use a load before any write, so while a mark is not
+//! being raised its line stays shared in every core's cache.
+//!
+//! The counters are plain `std` atomics even under loom: they order nothing,
+//! and modelling them would only multiply the interleavings loom explores.
+
+use crate::engine::PoolStats;
+use crossbeam_utils::CachePadded;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// A snapshot of an engine's counters ([`Engine::stats`](crate::Engine::stats)).
+/// Counters only grow; read two snapshots and subtract to measure a region.
+///
+/// ```
+/// let engine = depengine::Engine::builder().cpu_workers(2).build().unwrap();
+/// let v = engine.new_var();
+/// for _ in 0..100 {
+///     engine.push_sync(|_| {}, &[], &[v]).unwrap();
+/// }
+/// engine.wait_all().unwrap();
+/// let s = engine.stats();
+/// assert_eq!(s.pushed, 100);
+/// assert_eq!(s.ran_on_workers + s.ran_elsewhere, 100);
+/// println!("{s}");
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Operations pushed: user operations and variable deletions (bulked
+    /// pushes count once per fused operation).
+    pub pushed: u64,
+    /// `wait_var` / `wait_to_write` calls that reached the engine.
+    pub waits: u64,
+    /// Operations finished (pushed ones, not waits).
+    pub finished: u64,
+    /// Operations run (or skipped) by the engine's worker threads.
+    pub ran_on_workers: u64,
+    /// Operations run on other threads: inline in a push (the naive engine,
+    /// a full ready queue), by a completing thread, or by a waiting thread.
+    pub ran_elsewhere: u64,
+    /// Of `ran_on_workers + ran_elsewhere`: those run by a thread blocked in
+    /// a wait (or a throttled push) that helped instead of sleeping.
+    pub helped_by_waiters: u64,
+    /// Operations a worker took from another worker's queue. The naive and
+    /// pooled engines have no per-worker queues, so nothing to steal: 0.
+    pub stolen: u64,
+    /// Operations whose body was skipped because an input had failed (or
+    /// the engine was cancelling).
+    pub skipped: u64,
+    /// Operations that failed (error, panic, dropped completion, skipped).
+    pub failed: u64,
+    /// Times a worker went to sleep on its futex.
+    pub parks: u64,
+    /// Futex wake-ups issued to sleeping workers.
+    pub wakeups: u64,
+    /// Pushes held back by the pending cap ([`EngineBuilder::max_pending`](crate::EngineBuilder::max_pending)).
+    pub throttled: u64,
+    /// Most operations pushed and not finished at once, as seen by pushes
+    /// (tracked while the pending cap is on, the default).
+    pub pending_high_water: u64,
+    /// Most operations waiting in a ready queue at once (sampled by the
+    /// workers every [`READY_SAMPLE`] operations).
+    pub ready_high_water: u64,
+    /// Operations run per worker thread (CPU workers, then copy workers).
+    pub per_worker: Vec<u64>,
+    /// Pool occupancy.
+    pub pools: PoolStats,
+}
+
+/// Workers sample their ready queue's depth once per this many operations.
+pub const READY_SAMPLE: u64 = 64;
+
+/// Counters only their worker writes.
+#[derive(Default)]
+struct WorkerShard {
+    ran: AtomicU64,
+}
+
+/// Counters any thread may write.
+#[derive(Default)]
+struct SharedShard {
+    ran_elsewhere: AtomicU64,
+    helped: AtomicU64,
+    skipped: AtomicU64,
+    failed: AtomicU64,
+    waits: AtomicU64,
+    throttled: AtomicU64,
+}
+
+/// An engine's live counters (see the module docs).
+pub(crate) struct Stats {
+    workers: Box<[CachePadded<WorkerShard>]>,
+    shared: CachePadded<SharedShard>,
+    pending_high_water: CachePadded<HighWater>,
+}
+
+/// A maximum that is cheap to keep when it rarely moves.
+#[derive(Default)]
+pub(crate) struct HighWater(AtomicU64);
+
+impl HighWater {
+    #[inline]
+    pub(crate) fn note(&self, value: u64) {
+        if value > self.0.load(Relaxed) {
+            self.0.fetch_max(value, Relaxed);
+        }
+    }
+
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+impl Stats {
+    /// Counters for `workers` worker threads (ids `0..workers`).
+    pub(crate) fn new(workers: usize) -> Self {
+        Stats {
+            workers: (0..workers).map(|_| CachePadded::new(WorkerShard::default())).collect(),
+            shared: CachePadded::new(SharedShard::default()),
+            pending_high_water: CachePadded::new(HighWater::default()),
+        }
+    }
+
+    /// An operation ran on worker `worker` (`None`: another thread). The
+    /// caller is that worker's own thread.
+    #[inline]
+    pub(crate) fn ran(&self, worker: Option<usize>) {
+        match worker.and_then(|w| self.workers.get(w)) {
+            // Only this worker writes its shard: no locked instruction.
+            Some(shard) => shard.ran.store(shard.ran.load(Relaxed) + 1, Relaxed),
+            None => {
+                self.shared.ran_elsewhere.fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    pub(crate) fn helped(&self) {
+        self.shared.helped.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn skipped(&self) {
+        self.shared.skipped.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn failed(&self) {
+        self.shared.failed.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn waited(&self) {
+        self.shared.waits.fetch_add(1, Relaxed);
+    }
+
+    pub(crate) fn throttled(&self) {
+        self.shared.throttled.fetch_add(1, Relaxed);
+    }
+
+    #[inline]
+    pub(crate) fn note_pending(&self, pending: u64) {
+        self.pending_high_water.note(pending);
+    }
+
+    /// Fills the counters kept here into `s`.
+    pub(crate) fn read_into(&self, s: &mut EngineStats) {
+        s.per_worker = self.workers.iter().map(|w| w.ran.load(Relaxed)).collect();
+        s.ran_on_workers = s.per_worker.iter().sum();
+        s.ran_elsewhere = self.shared.ran_elsewhere.load(Relaxed);
+        s.helped_by_waiters = self.shared.helped.load(Relaxed);
+        s.skipped = self.shared.skipped.load(Relaxed);
+        s.failed = self.shared.failed.load(Relaxed);
+        s.waits = self.shared.waits.load(Relaxed);
+        s.throttled = self.shared.throttled.load(Relaxed);
+        s.pending_high_water = self.pending_high_water.get();
+    }
+}
+
+/// Counters an executor keeps (parks, wake-ups, ready-queue depth).
+#[derive(Default)]
+pub(crate) struct ExecutorCounters {
+    pub(crate) parks: AtomicU64,
+    pub(crate) wakeups: AtomicU64,
+    pub(crate) ready_high_water: HighWater,
+}
+
+impl ExecutorCounters {
+    pub(crate) fn add_into(&self, s: &mut EngineStats) {
+        s.parks += self.parks.load(Relaxed);
+        s.wakeups += self.wakeups.load(Relaxed);
+        s.ready_high_water = s.ready_high_water.max(self.ready_high_water.get());
+    }
+}
+
+impl std::fmt::Display for EngineStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let p = &self.pools;
+        writeln!(
+            f,
+            "ops: {} pushed, {} finished, {} waits; ran {} on workers {:?}, {} elsewhere ({} by waiters); \
+             {} stolen, {} skipped, {} failed",
+            self.pushed,
+            self.finished,
+            self.waits,
+            self.ran_on_workers,
+            self.per_worker,
+            self.ran_elsewhere,
+            self.helped_by_waiters,
+            self.stolen,
+            self.skipped,
+            self.failed
+        )?;
+        write!(
+            f,
+            "workers: {} parks, {} wake-ups; {} pushes throttled; high water: {} pending, {} ready; \
+             pools: {} op blocks ({} live), {} var blocks live, {} vars live",
+            self.parks,
+            self.wakeups,
+            self.throttled,
+            self.pending_high_water,
+            self.ready_high_water,
+            p.op_blocks_created,
+            p.live_ops,
+            p.live_var_blocks,
+            p.live_vars
+        )
+    }
+}

@@ -8,6 +8,9 @@
 //! | `DEPENGINE_SPIN_US` | [`EngineBuilder::spin`] | 50 µs |
 //! | `DEPENGINE_CANCEL_ON_DROP` | [`EngineBuilder::cancel_on_drop`] | `0` |
 //! | `DEPENGINE_MAX_PENDING` | [`EngineBuilder::max_pending`] | 65536 (`0`: no cap) |
+//! | `DEPENGINE_SHUFFLE_SEED` | [`EngineBuilder::shuffle_seed`] | unset (off) |
+//! | `DEPENGINE_PROFILE` | [`EngineBuilder::profile`] | unset (off) |
+//! | `DEPENGINE_PROFILE_EVENTS` | [`EngineBuilder::profile_events`] | 32768 per lane |
 
 use crate::engine::Engine;
 use crate::error::EngineError;
@@ -65,6 +68,8 @@ pub struct EngineBuilder {
     pub(crate) cancel_on_drop: bool,
     pub(crate) max_pending: u64,
     pub(crate) shuffle_seed: Option<u64>,
+    pub(crate) profile: Option<std::path::PathBuf>,
+    pub(crate) profile_events: usize,
 }
 
 impl Default for EngineBuilder {
@@ -77,6 +82,8 @@ impl Default for EngineBuilder {
             cancel_on_drop: false,
             max_pending: 1 << 16,
             shuffle_seed: None,
+            profile: None,
+            profile_events: crate::profiler::DEFAULT_LANE_EVENTS,
         }
     }
 }
@@ -119,6 +126,12 @@ impl EngineBuilder {
         }
         if let Some(seed) = env_parse("DEPENGINE_SHUFFLE_SEED")? {
             b.shuffle_seed = Some(seed);
+        }
+        if let Some(path) = std::env::var_os("DEPENGINE_PROFILE").filter(|p| !p.is_empty()) {
+            b.profile = Some(path.into());
+        }
+        if let Some(n) = env_parse("DEPENGINE_PROFILE_EVENTS")? {
+            b.profile_events = n;
         }
         Ok(b)
     }
@@ -182,6 +195,37 @@ impl EngineBuilder {
     /// ```
     pub fn shuffle_seed(mut self, seed: u64) -> Self {
         self.shuffle_seed = Some(seed);
+        self
+    }
+
+    /// Profiles the engine from the start (SPEC §6): when the engine is
+    /// dropped, the Chrome trace of every operation it ran is written to
+    /// `path` (open it in <https://ui.perfetto.dev> or `chrome://tracing`)
+    /// and the per-name summary next to it (`trace.json` → `trace.summary.txt`). Also set by
+    /// `DEPENGINE_PROFILE=path`. To profile a region instead, see
+    /// [`Engine::start_profiling`].
+    ///
+    /// ```
+    /// let path = std::env::temp_dir().join("depengine-doc-profile.json");
+    /// {
+    ///     let engine = depengine::Engine::builder().profile(&path).build().unwrap();
+    ///     let v = engine.new_var();
+    ///     engine.push_sync(|_| {}, &[], &[v]).unwrap();
+    /// } // dropped: the trace is written
+    /// assert!(std::fs::read_to_string(&path).unwrap().contains("traceEvents"));
+    /// ```
+    pub fn profile(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.profile = Some(path.into());
+        self
+    }
+
+    /// Operations each profiler lane (one per worker thread, plus a few
+    /// shared by other threads) keeps; older ones are overwritten and
+    /// counted in [`Profile::dropped`](crate::Profile::dropped). Rounded up
+    /// to a power of two; each costs 96 bytes, allocated when profiling
+    /// first starts.
+    pub fn profile_events(mut self, n: usize) -> Self {
+        self.profile_events = n;
         self
     }
 

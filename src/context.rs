@@ -56,6 +56,22 @@ pub enum FnProperty {
 }
 
 impl FnProperty {
+    /// Every property, in declaration order (`prop as u8` indexes it).
+    pub const ALL: [FnProperty; 7] = [
+        FnProperty::Normal,
+        FnProperty::CopyToGpu,
+        FnProperty::CopyFromGpu,
+        FnProperty::CpuPrioritized,
+        FnProperty::GpuPrioritized,
+        FnProperty::Async,
+        FnProperty::DeleteVar,
+    ];
+
+    /// The property `p as u8` came from (`Normal` for anything else).
+    pub(crate) fn from_u8(p: u8) -> Self {
+        Self::ALL.get(p as usize).copied().unwrap_or_default()
+    }
+
     /// Whether the copy pool serves this property.
     pub const fn is_copy(self) -> bool {
         matches!(self, FnProperty::CopyToGpu | FnProperty::CopyFromGpu)

@@ -15,6 +15,7 @@ use crate::error::{EngineError, OpError};
 use crate::executor::Executor;
 use crate::opr::{Body, Dep, OprBlock, OprKind, READ, WRITE};
 use crate::pool::{Pool, NIL};
+use crate::profiler::Profiler;
 use crate::stats::Stats;
 use crate::sync::{AtomicBool, Ordering};
 use crate::var::{Var, VarSlot, DELETE_DISPATCHED, DELETE_REQUESTED};
@@ -57,12 +58,13 @@ pub(crate) struct Core {
     pub(crate) shutting_down: AtomicBool,
     pub(crate) cancelling: AtomicBool,
     pub(crate) stats: Stats,
+    pub(crate) profiler: Profiler,
     /// The pending-operation cap (0: none); see `throttle`.
     max_pending: u64,
 }
 
 impl Core {
-    pub(crate) fn new(executor: Box<dyn Executor>, max_pending: u64) -> Self {
+    pub(crate) fn new(executor: Box<dyn Executor>, max_pending: u64, profile_events: usize) -> Self {
         let workers = executor.worker_threads();
         Core {
             id: NEXT_ENGINE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
@@ -78,6 +80,7 @@ impl Core {
             shutting_down: AtomicBool::new(false),
             cancelling: AtomicBool::new(false),
             stats: Stats::new(workers),
+            profiler: Profiler::new(workers, profile_events),
             max_pending,
         }
     }
@@ -209,6 +212,10 @@ impl Core {
             meta.kind = kind;
             meta.is_async = is_async;
             meta.rejected = None;
+            meta.profile_session = if matches!(kind, OprKind::Wait(_)) { 0 } else { self.profiler.session() };
+            if meta.profile_session != 0 {
+                self.stamp_push(block);
+            }
         }
         self.submit(op)
     }
@@ -359,10 +366,16 @@ impl Core {
 
     // ----- grant and schedule ----------------------------------------------
 
-    /// One of `op`'s variables granted it; schedules it when it was the last.
+    /// One of `op`'s variables granted it (on completing the operation
+    /// with ticket `by`); schedules it when it was the last.
     #[inline]
-    pub(crate) fn grant(&self, op: u32) {
-        if self.oprs.get(op).wait.fetch_sub(1, Ordering::AcqRel) == 1 {
+    pub(crate) fn grant(&self, op: u32, by: u64) {
+        let block = self.oprs.get(op);
+        if block.wait.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // SAFETY: taking `wait` to zero made us the block's owner.
+            if unsafe { block.meta() }.profile_session != 0 {
+                block.prof.made_ready_by.store(by + 1, std::sync::atomic::Ordering::Relaxed);
+            }
             self.schedule(op);
         }
     }
@@ -371,8 +384,12 @@ impl Core {
     /// spot (engine code only, and the executor may be stopping), everything
     /// else goes to the executor.
     pub(crate) fn schedule(&self, op: u32) {
+        let block = self.oprs.get(op);
         // SAFETY: a ready block is owned by whoever schedules it (phase 3).
-        let meta = unsafe { self.oprs.get(op).meta() };
+        let meta = unsafe { block.meta() };
+        if meta.profile_session != 0 {
+            block.prof.ready.store(self.profiler.now(), std::sync::atomic::Ordering::Relaxed);
+        }
         if matches!(meta.kind, OprKind::Wait(_)) || meta.rejected.is_some() {
             self.run(op, None);
         } else {

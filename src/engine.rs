@@ -12,6 +12,7 @@ use crate::executor::Executor;
 use crate::inline_fn::InlineFn;
 use crate::operator::{Operator, OperatorBody, OperatorInner};
 use crate::opr::{Body, Dep, DepList, OprKind, READ, WRITE};
+use crate::profile::Profile;
 use crate::stats::EngineStats;
 use crate::sync::Ordering;
 use crate::var::Var;
@@ -31,6 +32,8 @@ pub struct Engine {
     kind: EngineKind,
     cancel_on_drop: bool,
     shuffle_seed: Option<u64>,
+    /// Where to write the profile when dropped (`EngineBuilder::profile`).
+    profile_path: Option<std::path::PathBuf>,
 }
 
 /// Pool occupancy, for leak checks and tuning. Exact when the engine is idle.
@@ -74,9 +77,18 @@ impl Engine {
                 Box::new(PooledExecutor::new(b.resolved_cpu_workers(), b.copy_workers, b.spin))
             }
         };
-        let core = Arc::new(Core::new(executor, b.max_pending));
+        let core = Arc::new(Core::new(executor, b.max_pending, b.profile_events));
+        if b.profile.is_some() {
+            core.profiler.start();
+        }
         core.executor.start(&core);
-        Engine { core, kind: b.kind, cancel_on_drop: b.cancel_on_drop, shuffle_seed: b.shuffle_seed }
+        Engine {
+            core,
+            kind: b.kind,
+            cancel_on_drop: b.cancel_on_drop,
+            shuffle_seed: b.shuffle_seed,
+            profile_path: b.profile,
+        }
     }
 
     /// The seed of the random-order mode, if the engine runs in it
@@ -358,6 +370,52 @@ impl Engine {
         s
     }
 
+    // ----- profiling -----------------------------------------------------------
+
+    /// Starts recording every operation pushed from now on (SPEC §6);
+    /// [`stop_profiling`](Self::stop_profiling) returns what was recorded.
+    /// The first start allocates the profiler's rings; recording itself
+    /// allocates nothing and takes no lock. Starting again discards the
+    /// current session.
+    pub fn start_profiling(&self) {
+        self.core.profiler.start();
+    }
+
+    /// Whether a profiling session is open.
+    pub fn is_profiling(&self) -> bool {
+        self.core.profiler.session() != 0
+    }
+
+    /// Ends the session and returns the operations it saw finish (empty if
+    /// none was open). Operations pushed during the session that finish
+    /// after this call are not recorded: call [`wait_all`](Self::wait_all)
+    /// first to include them.
+    pub fn stop_profiling(&self) -> Profile {
+        let cpu = self.core.executor.cpu_workers();
+        let threads = self.core.executor.worker_threads();
+        self.core.profiler.stop(|lane| match lane {
+            l if l < cpu => format!("cpu worker {l}"),
+            l if l < threads => format!("copy worker {}", l - cpu),
+            l => format!("other threads {} (push, wait, complete)", l - threads),
+        })
+    }
+
+    /// Writes the profile of a builder-started session (`DEPENGINE_PROFILE`).
+    fn write_profile(&self, path: &std::path::Path) {
+        let profile = self.stop_profiling();
+        let summary = path.with_extension("summary.txt");
+        let written = profile.save(path).and_then(|()| std::fs::write(&summary, profile.summary_table()));
+        match written {
+            Ok(()) => eprintln!(
+                "depengine: profile of {} operations written to {} (summary: {})",
+                profile.events.len(),
+                path.display(),
+                summary.display()
+            ),
+            Err(e) => eprintln!("depengine: cannot write the profile to {}: {e}", path.display()),
+        }
+    }
+
     /// Finishes every pushed operation, then refuses further pushes
     /// ([`EngineError::ShutDown`]) and stops the workers. Idempotent; `Drop`
     /// calls it. From inside an operation it would wait for itself, so it
@@ -399,6 +457,9 @@ impl Drop for Engine {
         // Inside an operation (an engine dropped by its own body) there is
         // nothing safe to wait for; the pending work keeps the core alive.
         let _ = self.shutdown_inner(self.cancel_on_drop);
+        if let Some(path) = self.profile_path.take() {
+            self.write_profile(&path);
+        }
     }
 }
 

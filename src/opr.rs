@@ -22,6 +22,7 @@ use crate::context::PushOpts;
 use crate::error::OpError;
 use crate::inline_fn::InlineFn;
 use crate::operator::OperatorInner;
+use crate::profiler::ProfStamps;
 use crate::sync::{AtomicU32, AtomicU8, UnsafeCell};
 use std::sync::Arc;
 
@@ -161,6 +162,8 @@ pub(crate) struct Meta {
     pub(crate) is_async: bool,
     /// Position in the linearization of all pushes (stamped by the dispatcher).
     pub(crate) ticket: u64,
+    /// The profiling session it was pushed in (0: not profiled).
+    pub(crate) profile_session: u32,
     /// Set when the dispatcher rejected the operation (a variable was deleted
     /// between push and dispatch): it completes at once with this error.
     pub(crate) rejected: Option<Arc<OpError>>,
@@ -187,6 +190,8 @@ pub(crate) struct OprBlock {
     pub(crate) body: UnsafeCell<Body>,
     pub(crate) deps: UnsafeCell<DepList>,
     pub(crate) meta: UnsafeCell<Meta>,
+    /// Profiled operations' timestamps (untouched otherwise).
+    pub(crate) prof: ProfStamps,
 }
 
 // SAFETY: the `UnsafeCell` fields are accessed by one owner at a time, each

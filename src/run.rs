@@ -58,6 +58,10 @@ impl Core {
             return;
         }
         self.stats.ran(worker);
+        let profiled = meta.profile_session != 0;
+        if profiled {
+            self.stamp_start(block, worker);
+        }
         if let Some(failure) = self.inherited_failure(block, meta) {
             self.stats.skipped();
             self.complete(op, Some(&failure));
@@ -70,6 +74,9 @@ impl Core {
         if !meta.is_async {
             let outcome = catch_unwind(AssertUnwindSafe(|| self.invoke(block, &ctx, None)));
             CURRENT_OP.with(|c| c.set(outer));
+            if profiled {
+                self.stamp_body_end(block);
+            }
             let failure = match outcome {
                 Ok(Ok(())) => None,
                 Ok(Err(message)) => Some(OpError::new(name, message)),
@@ -83,6 +90,9 @@ impl Core {
         block.run_state.store(BODY_RUNNING, Ordering::Relaxed);
         let outcome = catch_unwind(AssertUnwindSafe(|| self.invoke(block, &ctx, Some(Completion::new(self, op)))));
         CURRENT_OP.with(|c| c.set(outer));
+        if profiled {
+            self.stamp_body_end(block);
+        }
         let state = block.run_state.swap(BODY_IDLE, Ordering::AcqRel);
         let panic = outcome.err().map(|payload| panic_message(&*payload));
         if state == BODY_DEFERRED {
@@ -177,6 +187,9 @@ impl Core {
         // SAFETY: the completer owns the block until `finish`; `meta` and
         // the variables are not written by anyone else meanwhile.
         let (meta, deps) = unsafe { (block.meta(), block.dep_slice()) };
+        if meta.profile_session != 0 {
+            self.stamp_end(block, failure.is_some());
+        }
         if let Some(failure) = failure {
             if !matches!(meta.kind, OprKind::Wait(_)) {
                 self.stats.failed();
@@ -205,7 +218,7 @@ impl Core {
                 }
             };
             for next in granted {
-                self.grant(next);
+                self.grant(next, meta.ticket);
             }
             if meta.kind == OprKind::DeleteVar {
                 // The deletion held the variable's last access.
@@ -228,6 +241,10 @@ impl Core {
         block.transition(op, crate::opr::phase::RUNNING, crate::opr::phase::FREE);
         // SAFETY: completed and unreferenced: exclusively ours until given back.
         unsafe {
+            let meta = block.meta();
+            if meta.profile_session != 0 {
+                self.record_finished(block, meta);
+            }
             block.body.with_mut(|b| *b = Body::Empty);
             block.deps.with_mut(|d| (*d).clear());
             block.meta_mut().rejected = None;

@@ -1,7 +1,8 @@
 //! Zero heap allocations per operation in steady state (SPEC §5), proven
 //! with a counting global allocator: after warm-up, 100,000 push → run →
 //! complete cycles of synchronous, asynchronous and prebuilt operations on
-//! the pooled engine allocate nothing, on any thread.
+//! the pooled engine allocate nothing, on any thread — with the profiler
+//! off, and with it recording every operation.
 
 use alloc_count::{allocations, CountingAlloc};
 use depengine::{Context, Engine, EngineKind, FnProperty, Var};
@@ -47,9 +48,20 @@ fn batch(engine: &Engine, vars: &[Var], op: &depengine::Operator) {
     engine.wait_all().unwrap();
 }
 
+/// One test for both cases: the allocation counter is process-wide, so two
+/// tests running at once would count each other's allocations.
 #[test]
 fn steady_state_push_run_complete_allocates_nothing() {
+    steady_state(false);
+    steady_state(true);
+}
+
+fn steady_state(profile: bool) {
     let engine = Engine::builder().kind(EngineKind::Pooled).cpu_workers(2).build().unwrap();
+    if profile {
+        engine.start_profiling();
+    }
+    GATE.store(false, Ordering::Release);
     let vars: Vec<Var> = (0..4).map(|_| engine.new_var()).collect();
     let gate = engine.new_var();
     let op = engine
@@ -92,6 +104,10 @@ fn steady_state_push_run_complete_allocates_nothing() {
         batch(&engine, &vars, &op);
     }
     let allocated = allocations() - before;
-    assert_eq!(allocated, 0, "{allocated} heap allocations in {CYCLES} steady-state cycles");
+    assert_eq!(allocated, 0, "{allocated} heap allocations in {CYCLES} steady-state cycles (profiling: {profile})");
     assert!(engine.var_version(vars[1]).unwrap() > CYCLES as u64 / 8);
+    if profile {
+        let recorded = engine.stop_profiling();
+        assert!(recorded.events.len() + recorded.dropped as usize >= CYCLES, "every operation was recorded");
+    }
 }

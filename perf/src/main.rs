@@ -15,6 +15,10 @@
 //!                              runs right after our engines on each row
 //!   --json PATH                also write the results as JSON
 //!   --quick                    N/100 and 2 repetitions (a smoke run)
+//!   --profile DIR              profile each of our engines' rows: a Chrome trace
+//!                              DIR/<engine>-<workload>-w<W>.json and its summary
+//!                              (.summary.txt) per row (keep --n small: each lane
+//!                              keeps its last 32,768 operations)
 //!   --stats                    print each engine's counters (depengine::EngineStats)
 //!                              under its row, summed over all repetitions
 //! ```
@@ -45,6 +49,7 @@ struct Options {
     json: Option<String>,
     quick: bool,
     stats: bool,
+    profile: Option<std::path::PathBuf>,
 }
 
 fn usage(msg: &str) -> ! {
@@ -66,6 +71,7 @@ fn parse_args() -> Options {
         json: None,
         quick: false,
         stats: false,
+        profile: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -82,6 +88,7 @@ fn parse_args() -> Options {
             "--threads" => o.threads = val().parse().unwrap_or_else(|_| usage("bad --threads")),
             "--spin-us" => o.spin_us = Some(val().parse().unwrap_or_else(|_| usage("bad --spin-us"))),
             "--stats" => o.stats = true,
+            "--profile" => o.profile = Some(val().into()),
             "--bulk" => o.bulk = val().parse().unwrap_or_else(|_| usage("bad --bulk")),
             "--peer" => {
                 let v = val();
@@ -105,10 +112,14 @@ fn parse_args() -> Options {
     o
 }
 
-fn build_engine(kind: EngineKind, o: &Options) -> Engine {
+fn build_engine(kind: EngineKind, row: &str, o: &Options) -> Engine {
     let mut b = Engine::builder().kind(kind).cpu_workers(o.threads);
     if let Some(us) = o.spin_us {
         b = b.spin(Duration::from_micros(us));
+    }
+    if let Some(dir) = &o.profile {
+        std::fs::create_dir_all(dir).unwrap_or_else(|e| usage(&format!("--profile {}: {e}", dir.display())));
+        b = b.profile(dir.join(format!("{}-{row}.json", kind.name())));
     }
     b.build().expect("engine")
 }
@@ -128,7 +139,7 @@ struct Row {
 }
 
 fn throughput(kind: EngineKind, wl: &Workload, w: u32, o: &Options) -> Row {
-    let engine = build_engine(kind, o);
+    let engine = build_engine(kind, &format!("{}-w{w}", wl.name), o);
     let vars: Vec<Var> = (0..wl.vars).map(|_| engine.new_var()).collect();
     engine.set_bulk_size(o.bulk).expect("bulk size");
     let mut times = Vec::new();
@@ -162,7 +173,7 @@ fn throughput(kind: EngineKind, wl: &Workload, w: u32, o: &Options) -> Row {
 }
 
 fn pingpong(kind: EngineKind, o: &Options) -> Row {
-    let engine = build_engine(kind, o);
+    let engine = build_engine(kind, "pingpong", o);
     let v = engine.new_var();
     let count = if o.quick { 2_000 } else { 100_000 };
     let mut pct: [Vec<f64>; 3] = Default::default();

@@ -1,7 +1,7 @@
 //! The standard workloads of `shared/WORKLOADS.md`, generated before the
 //! clock starts and pushed exactly as the peers push them.
 
-use depengine::{Engine, Var};
+use depengine::{Engine, PushOpts, Var};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -47,6 +47,10 @@ pub(crate) fn work(index: u64, w: u32) {
 
 /// Every throughput workload.
 pub(crate) const THROUGHPUT: [&str; 6] = ["nodeps", "chain", "chains64", "fanout", "random", "layered"];
+
+/// Operation names by (reads, writes).
+const SHAPES: [[&str; 3]; 4] =
+    [["r0w0", "r0w1", "r0w2"], ["r1w0", "r1w1", "r1w2"], ["r2w0", "r2w1", "r2w2"], ["r3w0", "r3w1", "r3w2"]];
 
 /// One operation's variables (indices into the workload's variable list).
 #[derive(Clone, Copy, Default)]
@@ -126,11 +130,13 @@ impl Workload {
     }
 
     /// Pushes every operation with body weight `w`.
+    /// Operations are named by shape (`r2w1`: two reads, one write) so
+    /// that a profile's summary splits them.
     pub(crate) fn push_all(&self, engine: &Engine, vars: &[Var], w: u32) {
         for (i, op) in self.ops.iter().enumerate() {
             let i = i as u64;
             let Some(&first) = vars.first() else {
-                engine.push_sync(move |_| work(i, w), &[], &[]).expect("push");
+                engine.push_sync_with(move |_| work(i, w), &[], &[], PushOpts::new().name("r0w0")).expect("push");
                 continue;
             };
             let mut buf = [first; 5];
@@ -139,7 +145,8 @@ impl Workload {
                 *slot = vars[v as usize];
             }
             let (reads, writes) = buf[..n].split_at(op.nr as usize);
-            engine.push_sync(move |_| work(i, w), reads, writes).expect("push");
+            let name = SHAPES[op.nr as usize][op.nw as usize];
+            engine.push_sync_with(move |_| work(i, w), reads, writes, PushOpts::new().name(name)).expect("push");
         }
     }
 }

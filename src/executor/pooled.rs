@@ -163,6 +163,7 @@ impl WorkerPool {
         POOL.with(|p| p.set(self));
         WORKER_ID.with(|w| w.set(Some(id)));
         core.enter_worker();
+        core.profiler.bind_worker(id);
         let mut ran = 0u64;
         loop {
             if let Some(op) = self.next_ready() {

@@ -9,9 +9,12 @@
 //! | `DEPENGINE_CANCEL_ON_DROP` | [`EngineBuilder::cancel_on_drop`] | `0` |
 //! | `DEPENGINE_MAX_PENDING` | [`EngineBuilder::max_pending`] | 65536 (`0`: no cap) |
 //! | `DEPENGINE_SHUFFLE_SEED` | [`EngineBuilder::shuffle_seed`] | unset (off) |
+//! | `DEPENGINE_SHUFFLE_WORKERS` | [`EngineBuilder::shuffle_workers`] | 0 |
 //! | `DEPENGINE_PROFILE` | [`EngineBuilder::profile`] | unset (off) |
 //! | `DEPENGINE_PROFILE_EVENTS` | [`EngineBuilder::profile_events`] | 32768 per lane |
+//! | `DEPENGINE_HANG_REPORT_MS` | [`EngineBuilder::hang_report`] | unset (off) |
 
+use crate::diagnose::{HangHandler, HangReport};
 use crate::engine::Engine;
 use crate::error::EngineError;
 use std::time::Duration;
@@ -68,8 +71,21 @@ pub struct EngineBuilder {
     pub(crate) cancel_on_drop: bool,
     pub(crate) max_pending: u64,
     pub(crate) shuffle_seed: Option<u64>,
+    pub(crate) shuffle_workers: usize,
     pub(crate) profile: Option<std::path::PathBuf>,
     pub(crate) profile_events: usize,
+    pub(crate) hang_report: Option<Duration>,
+    pub(crate) on_hang: Option<OnHang>,
+}
+
+/// A hang-report callback ([`EngineBuilder::on_hang`]).
+#[derive(Clone)]
+pub(crate) struct OnHang(pub(crate) HangHandler);
+
+impl std::fmt::Debug for OnHang {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<hang report callback>")
+    }
 }
 
 impl Default for EngineBuilder {
@@ -82,8 +98,11 @@ impl Default for EngineBuilder {
             cancel_on_drop: false,
             max_pending: 1 << 16,
             shuffle_seed: None,
+            shuffle_workers: 0,
             profile: None,
             profile_events: crate::profiler::DEFAULT_LANE_EVENTS,
+            hang_report: None,
+            on_hang: None,
         }
     }
 }
@@ -127,11 +146,17 @@ impl EngineBuilder {
         if let Some(seed) = env_parse("DEPENGINE_SHUFFLE_SEED")? {
             b.shuffle_seed = Some(seed);
         }
+        if let Some(n) = env_parse("DEPENGINE_SHUFFLE_WORKERS")? {
+            b.shuffle_workers = n;
+        }
         if let Some(path) = std::env::var_os("DEPENGINE_PROFILE").filter(|p| !p.is_empty()) {
             b.profile = Some(path.into());
         }
         if let Some(n) = env_parse("DEPENGINE_PROFILE_EVENTS")? {
             b.profile_events = n;
+        }
+        if let Some(ms) = env_parse::<u64>("DEPENGINE_HANG_REPORT_MS")? {
+            b.hang_report = (ms > 0).then(|| Duration::from_millis(ms));
         }
         Ok(b)
     }
@@ -198,6 +223,18 @@ impl EngineBuilder {
         self
     }
 
+    /// Random-order mode with `n` worker threads that also pick ready
+    /// operations at random, so they run in parallel and in the
+    /// background (races between operations that should have conflicted
+    /// can show). Thread timing then joins the seed in deciding the order,
+    /// so a run no longer replays exactly; `0` (the default) keeps the
+    /// reproducible mode where only waiting threads run operations. Also
+    /// set by `DEPENGINE_SHUFFLE_WORKERS`.
+    pub fn shuffle_workers(mut self, n: usize) -> Self {
+        self.shuffle_workers = n;
+        self
+    }
+
     /// Profiles the engine from the start (SPEC §6): when the engine is
     /// dropped, the Chrome trace of every operation it ran is written to
     /// `path` (open it in <https://ui.perfetto.dev> or `chrome://tracing`)
@@ -226,6 +263,35 @@ impl EngineBuilder {
     /// first starts.
     pub fn profile_events(mut self, n: usize) -> Self {
         self.profile_events = n;
+        self
+    }
+
+    /// Hang diagnosis: a wait (`wait_var`, `wait_to_write`, `wait_all`)
+    /// still blocked after `after` is reported once — the operations in
+    /// flight on its variable, what each waits for, and which are running
+    /// where ([`HangReport`]) — to standard error, or to
+    /// [`on_hang`](Self::on_hang). The wait itself goes on waiting. Also
+    /// set by `DEPENGINE_HANG_REPORT_MS`. Off by default; when on, each
+    /// operation keeps a small diagnostic copy of itself and a watchdog
+    /// thread looks at the waits a few times per `after`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let engine = depengine::Engine::builder().hang_report(Duration::from_secs(5)).build().unwrap();
+    /// let v = engine.new_var();
+    /// engine.push_async(|_, done| drop(done.signal()), &[], &[v]).unwrap();
+    /// engine.wait_var(v).unwrap(); // a report only if this took 5 s
+    /// print!("{}", engine.pending_report(None).unwrap()); // on demand
+    /// ```
+    pub fn hang_report(mut self, after: Duration) -> Self {
+        self.hang_report = Some(after);
+        self
+    }
+
+    /// Where hang reports go (instead of standard error); called on the
+    /// engine's watchdog thread.
+    pub fn on_hang(mut self, f: impl Fn(&HangReport) + Send + Sync + 'static) -> Self {
+        self.on_hang = Some(OnHang(std::sync::Arc::new(f)));
         self
     }
 

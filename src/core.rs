@@ -9,7 +9,9 @@
 //! ```
 
 use crate::bulk::BulkBuf;
+use crate::config::EngineBuilder;
 use crate::context::{Context, PushOpts};
+use crate::diagnose::{print_report, Diagnosis, HangHandler};
 use crate::dispatch::Dispatcher;
 use crate::error::{EngineError, OpError};
 use crate::executor::Executor;
@@ -22,6 +24,7 @@ use crate::var::{Var, VarSlot, DELETE_DISPATCHED, DELETE_REQUESTED};
 use crate::var_queue::VarBlock;
 use crate::wait::{FirstError, Helper, PendingCounter, WaitSlot};
 use std::cell::Cell;
+use std::sync::Arc;
 
 /// Engine ids, so that a variable of one engine is recognised by another.
 static NEXT_ENGINE_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
@@ -59,13 +62,19 @@ pub(crate) struct Core {
     pub(crate) cancelling: AtomicBool,
     pub(crate) stats: Stats,
     pub(crate) profiler: Profiler,
+    /// Hang diagnosis, when on (`diagnose.rs`).
+    pub(crate) diagnosis: Option<Diagnosis>,
     /// The pending-operation cap (0: none); see `throttle`.
     max_pending: u64,
 }
 
 impl Core {
-    pub(crate) fn new(executor: Box<dyn Executor>, max_pending: u64, profile_events: usize) -> Self {
+    pub(crate) fn new(executor: Box<dyn Executor>, b: &EngineBuilder) -> Self {
         let workers = executor.worker_threads();
+        let diagnosis = b.hang_report.map(|after| {
+            let handler = b.on_hang.clone().map_or_else(|| Arc::new(print_report) as HangHandler, |h| h.0);
+            Diagnosis::new(after, handler)
+        });
         Core {
             id: NEXT_ENGINE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             oprs: Pool::new(),
@@ -80,8 +89,9 @@ impl Core {
             shutting_down: AtomicBool::new(false),
             cancelling: AtomicBool::new(false),
             stats: Stats::new(workers),
-            profiler: Profiler::new(workers, profile_events),
-            max_pending,
+            profiler: Profiler::new(workers, b.profile_events),
+            diagnosis,
+            max_pending: b.max_pending,
         }
     }
 
@@ -349,6 +359,9 @@ impl Core {
                     self.vars.get(d.slot()).life.fetch_or(DELETE_DISPATCHED, Ordering::AcqRel);
                 }
             }
+            if self.diagnosis.is_some() {
+                self.diag_dispatched(block, meta, deps);
+            }
             block.wait.store(deps.len() as u32 + 1, Ordering::Relaxed);
             let mut granted = 1;
             for d in deps {
@@ -390,6 +403,9 @@ impl Core {
         if meta.profile_session != 0 {
             block.prof.ready.store(self.profiler.now(), std::sync::atomic::Ordering::Relaxed);
         }
+        if self.diagnosis.is_some() {
+            self.diag_ready(block);
+        }
         if matches!(meta.kind, OprKind::Wait(_)) || meta.rejected.is_some() {
             self.run(op, None);
         } else {
@@ -427,7 +443,9 @@ impl Core {
     /// Blocks until everything pushed so far has finished.
     pub(crate) fn wait_all(&self) {
         self.flush_dispatcher(|| {});
+        let watched = self.diag_wait_begin(None, false);
         self.pending.wait_zero(&self.dispatcher, self.helper());
+        self.diag_wait_end(watched);
     }
 
     /// Pushes a marker reading (or writing) `var` and blocks until it runs;
@@ -442,7 +460,9 @@ impl Core {
             return Err(e);
         }
         self.stats.waited();
+        let watched = self.diag_wait_begin(Some(var), write);
         let (error, last) = self.waits.get(ws).wait(self.helper());
+        self.diag_wait_end(watched);
         if last {
             self.waits.give(ws);
         }

@@ -4,6 +4,7 @@ use crate::completion::Completion;
 use crate::config::{EngineBuilder, EngineKind};
 use crate::context::{Context, FnProperty, PushOpts, RunContext};
 use crate::core::Core;
+use crate::diagnose::HangReport;
 use crate::error::{EngineError, OpOutput};
 use crate::executor::naive::NaiveExecutor;
 use crate::executor::pooled::PooledExecutor;
@@ -34,6 +35,8 @@ pub struct Engine {
     shuffle_seed: Option<u64>,
     /// Where to write the profile when dropped (`EngineBuilder::profile`).
     profile_path: Option<std::path::PathBuf>,
+    /// The hang-diagnosis watchdog thread, when on.
+    watchdog: Option<std::thread::JoinHandle<()>>,
 }
 
 /// Pool occupancy, for leak checks and tuning. Exact when the engine is idle.
@@ -71,23 +74,37 @@ impl Engine {
 
     pub(crate) fn start(b: EngineBuilder) -> Engine {
         let executor: Box<dyn Executor> = match (b.shuffle_seed, b.kind) {
-            (Some(seed), _) => Box::new(ShuffleExecutor::new(seed)),
+            (Some(seed), _) => Box::new(ShuffleExecutor::new(seed, b.shuffle_workers)),
             (None, EngineKind::Naive) => Box::new(NaiveExecutor),
             (None, EngineKind::Pooled) => {
                 Box::new(PooledExecutor::new(b.resolved_cpu_workers(), b.copy_workers, b.spin))
             }
         };
-        let core = Arc::new(Core::new(executor, b.max_pending, b.profile_events));
+        let core = Arc::new(Core::new(executor, &b));
         if b.profile.is_some() {
             core.profiler.start();
         }
         core.executor.start(&core);
+        let watchdog = core.diagnosis.as_ref().map(|diag| {
+            let (core, period) = (core.clone(), diag.period());
+            std::thread::Builder::new()
+                .name("depengine-watchdog".into())
+                .spawn(move || loop {
+                    std::thread::park_timeout(period);
+                    if core.diagnosis.as_ref().is_none_or(|d| d.stop.load(Ordering::Acquire)) {
+                        break;
+                    }
+                    core.watchdog_pass();
+                })
+                .expect("failed to spawn the depengine watchdog")
+        });
         Engine {
             core,
             kind: b.kind,
             cancel_on_drop: b.cancel_on_drop,
             shuffle_seed: b.shuffle_seed,
             profile_path: b.profile,
+            watchdog,
         }
     }
 
@@ -365,7 +382,8 @@ impl Engine {
         // Tickets count every dispatched operation, wait markers included.
         let dispatched = self.core.dispatcher.dispatched();
         s.pushed = dispatched - s.waits.min(dispatched);
-        s.finished = dispatched - self.core.pending().min(dispatched) - s.waits.min(dispatched);
+        s.finished = (dispatched - self.core.pending().min(dispatched)).saturating_sub(s.waits);
+        s.ran_elsewhere = s.finished.saturating_sub(s.ran_on_workers);
         s.pools = self.pool_stats();
         s
     }
@@ -391,13 +409,7 @@ impl Engine {
     /// after this call are not recorded: call [`wait_all`](Self::wait_all)
     /// first to include them.
     pub fn stop_profiling(&self) -> Profile {
-        let cpu = self.core.executor.cpu_workers();
-        let threads = self.core.executor.worker_threads();
-        self.core.profiler.stop(|lane| match lane {
-            l if l < cpu => format!("cpu worker {l}"),
-            l if l < threads => format!("copy worker {}", l - cpu),
-            l => format!("other threads {} (push, wait, complete)", l - threads),
-        })
+        self.core.profiler.stop(|lane| self.core.lane_name(lane))
     }
 
     /// Writes the profile of a builder-started session (`DEPENGINE_PROFILE`).
@@ -414,6 +426,24 @@ impl Engine {
             ),
             Err(e) => eprintln!("depengine: cannot write the profile to {}: {e}", path.display()),
         }
+    }
+
+    /// What is in flight now (on `var`, or everything): each operation's
+    /// state, what a queued one waits for, which are running where — the
+    /// report a stuck wait prints after
+    /// [`EngineBuilder::hang_report`](crate::EngineBuilder::hang_report).
+    /// Needs hang diagnosis on (else [`EngineError::Config`]); call it from
+    /// any thread, e.g. a signal handler's thread or a debugger.
+    pub fn pending_report(&self, var: Option<Var>) -> Result<HangReport, EngineError> {
+        if self.core.diagnosis.is_none() {
+            return Err(EngineError::Config(
+                "pending_report needs hang diagnosis: build with hang_report(..) or DEPENGINE_HANG_REPORT_MS".into(),
+            ));
+        }
+        if let Some(v) = var {
+            self.core.slot_of(v)?;
+        }
+        Ok(self.core.pending_report(var))
     }
 
     /// Finishes every pushed operation, then refuses further pushes
@@ -457,6 +487,11 @@ impl Drop for Engine {
         // Inside an operation (an engine dropped by its own body) there is
         // nothing safe to wait for; the pending work keeps the core alive.
         let _ = self.shutdown_inner(self.cancel_on_drop);
+        if let (Some(diag), Some(watchdog)) = (&self.core.diagnosis, self.watchdog.take()) {
+            diag.stop.store(true, Ordering::Release);
+            watchdog.thread().unpark();
+            let _ = watchdog.join();
+        }
         if let Some(path) = self.profile_path.take() {
             self.write_profile(&path);
         }

@@ -19,6 +19,7 @@
 //! unwinding when the completion fires), so they carry a reference count.
 
 use crate::context::PushOpts;
+use crate::diagnose::DiagSlot;
 use crate::error::OpError;
 use crate::inline_fn::InlineFn;
 use crate::operator::OperatorInner;
@@ -56,6 +57,17 @@ impl Dep {
     pub(crate) fn new(slot: u32, gen: u32, mode: u8) -> Self {
         debug_assert!(slot <= SLOT_MASK);
         Dep { slot_mode: slot | (mode as u32) << SLOT_BITS, gen }
+    }
+
+    /// The packed slot and mode (for copies outside the block).
+    #[inline(always)]
+    pub(crate) fn slot_mode(self) -> u32 {
+        self.slot_mode
+    }
+
+    /// A dependency from [`Dep::slot_mode`] and a generation.
+    pub(crate) fn from_slot_mode(slot_mode: u32, gen: u32) -> Self {
+        Dep { slot_mode, gen }
     }
 
     /// Index of the variable's slot.
@@ -192,6 +204,8 @@ pub(crate) struct OprBlock {
     pub(crate) meta: UnsafeCell<Meta>,
     /// Profiled operations' timestamps (untouched otherwise).
     pub(crate) prof: ProfStamps,
+    /// Hang diagnosis' copy of the operation (untouched when it is off).
+    pub(crate) diag: DiagSlot,
 }
 
 // SAFETY: the `UnsafeCell` fields are accessed by one owner at a time, each

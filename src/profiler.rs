@@ -336,6 +336,17 @@ impl crate::core::Core {
         block.prof.end.store(self.profiler.now(), Relaxed);
     }
 
+    /// The name of profiler lane `lane` (as traces and hang reports show it).
+    pub(crate) fn lane_name(&self, lane: usize) -> String {
+        let cpu = self.executor.cpu_workers();
+        let threads = self.executor.worker_threads();
+        match lane {
+            l if l < cpu => format!("cpu worker {l}"),
+            l if l < threads => format!("copy worker {}", l - cpu),
+            l => format!("other threads {} (push, wait, complete)", l - threads),
+        }
+    }
+
     /// The block is being given back: records the operation.
     pub(crate) fn record_finished(&self, block: &OprBlock, meta: &Meta) {
         let p = &block.prof;

@@ -62,6 +62,9 @@ impl Core {
         if profiled {
             self.stamp_start(block, worker);
         }
+        if self.diagnosis.is_some() {
+            self.diag_running(block, worker);
+        }
         if let Some(failure) = self.inherited_failure(block, meta) {
             self.stats.skipped();
             self.complete(op, Some(&failure));
@@ -92,6 +95,9 @@ impl Core {
         CURRENT_OP.with(|c| c.set(outer));
         if profiled {
             self.stamp_body_end(block);
+        }
+        if self.diagnosis.is_some() {
+            self.diag_body_returned(block);
         }
         let state = block.run_state.swap(BODY_IDLE, Ordering::AcqRel);
         let panic = outcome.err().map(|payload| panic_message(&*payload));
@@ -239,6 +245,9 @@ impl Core {
         let block = self.oprs.get(op);
         #[cfg(debug_assertions)]
         block.transition(op, crate::opr::phase::RUNNING, crate::opr::phase::FREE);
+        if self.diagnosis.is_some() {
+            self.diag_finished(block);
+        }
         // SAFETY: completed and unreferenced: exclusively ours until given back.
         unsafe {
             let meta = block.meta();

@@ -3,8 +3,9 @@
 //! The counter on the hot path — operations run — lives in one cache line
 //! per worker thread that only that worker writes (a plain load and store,
 //! no locked instruction, no line shared with another core). Operations run
-//! on other threads (inline runs, waiters helping, the naive engine) share
-//! one line and count with `fetch_add`. Everything else is counted where the
+//! on other threads (inline runs, waiters helping, the naive engine) are
+//! not counted as they run: they are the finished operations the workers
+//! did not run. Everything else is counted where the
 //! engine is already slow (a park, a futex wake-up, a failure, a throttled
 //! push) or read from state the engine keeps anyway (the dispatcher's ticket
 //! count, the pools). [`Engine::stats`](crate::Engine::stats) sums it all.
@@ -89,7 +90,6 @@ struct WorkerShard {
 /// Counters any thread may write.
 #[derive(Default)]
 struct SharedShard {
-    ran_elsewhere: AtomicU64,
     helped: AtomicU64,
     skipped: AtomicU64,
     failed: AtomicU64,
@@ -131,16 +131,13 @@ impl Stats {
         }
     }
 
-    /// An operation ran on worker `worker` (`None`: another thread). The
-    /// caller is that worker's own thread.
+    /// An operation ran on worker `worker` (`None`: another thread, counted
+    /// by difference). The caller is that worker's own thread.
     #[inline]
     pub(crate) fn ran(&self, worker: Option<usize>) {
-        match worker.and_then(|w| self.workers.get(w)) {
+        if let Some(shard) = worker.and_then(|w| self.workers.get(w)) {
             // Only this worker writes its shard: no locked instruction.
-            Some(shard) => shard.ran.store(shard.ran.load(Relaxed) + 1, Relaxed),
-            None => {
-                self.shared.ran_elsewhere.fetch_add(1, Relaxed);
-            }
+            shard.ran.store(shard.ran.load(Relaxed) + 1, Relaxed);
         }
     }
 
@@ -173,7 +170,6 @@ impl Stats {
     pub(crate) fn read_into(&self, s: &mut EngineStats) {
         s.per_worker = self.workers.iter().map(|w| w.ran.load(Relaxed)).collect();
         s.ran_on_workers = s.per_worker.iter().sum();
-        s.ran_elsewhere = self.shared.ran_elsewhere.load(Relaxed);
         s.helped_by_waiters = self.shared.helped.load(Relaxed);
         s.skipped = self.shared.skipped.load(Relaxed);
         s.failed = self.shared.failed.load(Relaxed);

@@ -133,12 +133,19 @@ fn check_seed(seed: u64) {
     let ops = generate(seed);
     let reference = run(&engine(EngineKind::Naive), &ops);
     assert!(reference.2.iter().any(|f| f.is_some()), "seed {seed}: the workload should contain failures");
-    // Every engine with workers, and the random-order mode with two seeds.
+    // Every engine with workers, and the random-order mode with two seeds,
+    // on waiting threads only and with two workers.
     let others = EngineKind::ALL
         .into_iter()
         .filter(|&k| k != EngineKind::Naive)
         .map(|k| (format!("{k:?}"), engine(k)))
-        .chain([1, 2].map(|s| (format!("shuffle seed {s}"), Engine::builder().shuffle_seed(s).build().unwrap())));
+        .chain([1, 2].map(|s| (format!("shuffle seed {s}"), Engine::builder().shuffle_seed(s).build().unwrap())))
+        .chain([3].map(|s| {
+            (
+                format!("shuffle seed {s}, 2 workers"),
+                Engine::builder().shuffle_seed(s).shuffle_workers(2).build().unwrap(),
+            )
+        }));
     for (kind, engine) in others {
         let got = run(&engine, &ops);
         for v in 0..VARS {

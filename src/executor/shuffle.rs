@@ -24,30 +24,46 @@
 //! Operations run only inside waits: a program that pushes and then blocks
 //! on something other than the engine (a channel an operation fills) would
 //! wait forever, so such programs must wait on the engine first.
+//!
+//! # With workers
+//!
+//! `EngineBuilder::shuffle_workers(n)` adds `n` worker threads that pick
+//! the same way, so operations also run in parallel and in the background
+//! (data races between operations that should conflict can then show, and
+//! programs that block outside the engine make progress). The order then
+//! also depends on thread timing: a seed no longer replays a run exactly.
 
 use super::inline::{run_inline, run_queued_one};
+use super::park::Sleep;
 use super::ready_ring::ReadyRing;
 use super::Executor;
 use crate::context::FnProperty;
 use crate::core::Core;
-use crate::sync::{AtomicU64, Ordering};
-use std::sync::Arc;
+use crate::sync::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
 /// Ready operations the ring holds before the thread that made one ready
 /// runs it itself.
 const RING_CAPACITY: usize = 1 << 14;
 
-pub(crate) struct ShuffleExecutor {
+/// The ready set and the generator, shared with the worker threads.
+struct Shuffle {
     ready: ReadyRing,
     /// splitmix64 state: each draw adds the golden-ratio increment.
     rng: AtomicU64,
+    sleep: Sleep,
+    stop: AtomicBool,
 }
 
-impl ShuffleExecutor {
-    pub(crate) fn new(seed: u64) -> Self {
-        ShuffleExecutor { ready: ReadyRing::new(RING_CAPACITY), rng: AtomicU64::new(seed) }
-    }
+pub(crate) struct ShuffleExecutor {
+    shared: Arc<Shuffle>,
+    /// Worker threads (0: only waiting threads run operations).
+    workers: usize,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
 
+impl Shuffle {
     /// One splitmix64 draw (WORKLOADS.md's generator).
     fn draw(&self) -> u64 {
         const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -72,14 +88,58 @@ impl ShuffleExecutor {
         }
         self.ready.pop()
     }
+
+    /// A worker: runs random picks until stopped, parking when none is ready.
+    fn work(&self, core: &Core, id: usize) {
+        core.profiler.bind_worker(id);
+        loop {
+            if let Some(op) = self.pick() {
+                core.run(op, Some(id));
+            } else if self.stop.load(Ordering::Acquire) {
+                break;
+            } else {
+                self.sleep.park(|| !self.ready.is_empty() || self.stop.load(Ordering::SeqCst));
+            }
+        }
+    }
+}
+
+impl ShuffleExecutor {
+    pub(crate) fn new(seed: u64, workers: usize) -> Self {
+        ShuffleExecutor {
+            shared: Arc::new(Shuffle {
+                ready: ReadyRing::new(RING_CAPACITY),
+                rng: AtomicU64::new(seed),
+                sleep: Sleep::default(),
+                stop: AtomicBool::new(false),
+            }),
+            workers,
+            threads: Mutex::new(Vec::new()),
+        }
+    }
 }
 
 impl Executor for ShuffleExecutor {
-    fn start(&self, _core: &Arc<Core>) {}
+    fn start(&self, core: &Arc<Core>) {
+        // Start-up only: the mutex guards the join handles, not the hot path.
+        let mut threads = self.threads.lock().expect("thread list poisoned");
+        for id in 0..self.workers {
+            let (core, shared) = (core.clone(), self.shared.clone());
+            let handle = std::thread::Builder::new()
+                .name(format!("depengine-shuffle-{id}"))
+                .spawn(move || shared.work(&core, id))
+                .expect("failed to spawn a depengine worker");
+            threads.push(handle);
+        }
+    }
 
     fn schedule(&self, core: &Core, op: u32, _prop: FnProperty) {
-        if let Err(op) = self.ready.push(op) {
-            run_inline(core, op);
+        match self.shared.ready.push(op) {
+            Ok(()) if self.workers > 0 => {
+                self.shared.sleep.notify_one();
+            }
+            Ok(()) => {}
+            Err(op) => run_inline(core, op),
         }
     }
 
@@ -87,7 +147,7 @@ impl Executor for ShuffleExecutor {
         if run_queued_one() {
             return true;
         }
-        match self.pick() {
+        match self.shared.pick() {
             Some(op) => {
                 core.run(op, None);
                 true
@@ -97,12 +157,25 @@ impl Executor for ShuffleExecutor {
     }
 
     fn waiters_can_sleep(&self) -> bool {
-        false
+        // Workers run what a foreign completion makes ready; without them
+        // only waiting threads do, so they must keep looking.
+        self.workers > 0
     }
 
-    fn stop(&self) {}
+    fn stop(&self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.sleep.notify_all();
+        let threads = std::mem::take(&mut *self.threads.lock().expect("thread list poisoned"));
+        for t in threads {
+            let _ = t.join();
+        }
+    }
 
     fn cpu_workers(&self) -> usize {
-        0
+        self.workers
+    }
+
+    fn worker_threads(&self) -> usize {
+        self.workers
     }
 }

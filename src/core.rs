@@ -222,8 +222,10 @@ impl Core {
             meta.kind = kind;
             meta.is_async = is_async;
             meta.rejected = None;
-            meta.profile_session = if matches!(kind, OprKind::Wait(_)) { 0 } else { self.profiler.session() };
-            if meta.profile_session != 0 {
+            // Off: one load and one branch. (`finish` leaves the field 0.)
+            let session = self.profiler.session();
+            if session != 0 && !matches!(kind, OprKind::Wait(_)) {
+                meta.profile_session = session;
                 self.stamp_push(block);
             }
         }
@@ -284,6 +286,7 @@ impl Core {
     }
 
     /// Schedules what a combining pass found ready (after it let go).
+    #[inline]
     fn schedule_list(&self, ready: ReadyList) {
         let mut op = ready.head;
         while op != NIL {
@@ -387,7 +390,7 @@ impl Core {
         if block.wait.fetch_sub(1, Ordering::AcqRel) == 1 {
             // SAFETY: taking `wait` to zero made us the block's owner.
             if unsafe { block.meta() }.profile_session != 0 {
-                block.prof.made_ready_by.store(by + 1, std::sync::atomic::Ordering::Relaxed);
+                self.stamp_made_ready_by(block, by);
             }
             self.schedule(op);
         }
@@ -396,15 +399,13 @@ impl Core {
     /// `op` is ready: wait markers and rejected operations complete on the
     /// spot (engine code only, and the executor may be stopping), everything
     /// else goes to the executor.
+    #[inline]
     pub(crate) fn schedule(&self, op: u32) {
         let block = self.oprs.get(op);
         // SAFETY: a ready block is owned by whoever schedules it (phase 3).
         let meta = unsafe { block.meta() };
-        if meta.profile_session != 0 {
-            block.prof.ready.store(self.profiler.now(), std::sync::atomic::Ordering::Relaxed);
-        }
-        if self.diagnosis.is_some() {
-            self.diag_ready(block);
+        if meta.profile_session != 0 || self.diagnosis.is_some() {
+            self.observe_ready(block, meta);
         }
         if matches!(meta.kind, OprKind::Wait(_)) || meta.rejected.is_some() {
             self.run(op, None);

@@ -141,6 +141,8 @@ pub struct HangReport {
 
 impl Core {
     /// At dispatch (the combiner owns the block): publishes its copy.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn diag_dispatched(&self, block: &OprBlock, meta: &Meta, deps: &[Dep]) {
         let d = &block.diag;
         d.name.store(meta.opts.name.as_ptr() as u64, Relaxed);
@@ -162,20 +164,28 @@ impl Core {
         d.state.store(state, Release);
     }
 
+    #[cold]
+    #[inline(never)]
     pub(crate) fn diag_ready(&self, block: &OprBlock) {
         self.diag_state(block, READY, 0);
     }
 
+    #[cold]
+    #[inline(never)]
     pub(crate) fn diag_running(&self, block: &OprBlock, worker: Option<usize>) {
         self.diag_state(block, RUNNING, self.profiler.lane(worker));
     }
 
+    #[cold]
+    #[inline(never)]
     pub(crate) fn diag_body_returned(&self, block: &OprBlock) {
         let lane = block.diag.lane.load(Relaxed) as usize;
         self.diag_state(block, BODY_RETURNED, lane);
     }
 
     /// The block is being given back.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn diag_finished(&self, block: &OprBlock) {
         block.diag.ticket.store(0, Release);
     }

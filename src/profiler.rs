@@ -307,6 +307,8 @@ impl Record {
 /// is set (each caller owns the block at that point).
 impl crate::core::Core {
     /// At push: clears the stamps a previous use of the block left.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn stamp_push(&self, block: &OprBlock) {
         let p = &block.prof;
         p.pushed.store(self.profiler.now(), Relaxed);
@@ -316,19 +318,44 @@ impl crate::core::Core {
         p.lane_flags.store(0, Relaxed);
     }
 
+    /// Every variable granted the operation (profiling or diagnosing).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn observe_ready(&self, block: &OprBlock, meta: &Meta) {
+        if meta.profile_session != 0 {
+            block.prof.ready.store(self.profiler.now(), Relaxed);
+        }
+        if self.diagnosis.is_some() {
+            self.diag_ready(block);
+        }
+    }
+
+    /// The completion of the operation with ticket `by` made this one ready.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn stamp_made_ready_by(&self, block: &OprBlock, by: u64) {
+        block.prof.made_ready_by.store(by + 1, Relaxed);
+    }
+
     /// Before the body runs (or is skipped), on the running thread.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn stamp_start(&self, block: &OprBlock, worker: Option<usize>) {
         block.prof.lane_flags.fetch_or(self.profiler.lane(worker) as u32, Relaxed);
         block.prof.start.store(self.profiler.now(), Relaxed);
     }
 
     /// The body returned.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn stamp_body_end(&self, block: &OprBlock) {
         block.prof.body_end.store(self.profiler.now(), Relaxed);
     }
 
     /// The operation completed (before it releases its variables, so that
     /// whatever it makes ready starts after this).
+    #[cold]
+    #[inline(never)]
     pub(crate) fn stamp_end(&self, block: &OprBlock, failed: bool) {
         if failed {
             block.prof.lane_flags.fetch_or(FAILED, Relaxed);
@@ -348,6 +375,8 @@ impl crate::core::Core {
     }
 
     /// The block is being given back: records the operation.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn record_finished(&self, block: &OprBlock, meta: &Meta) {
         let p = &block.prof;
         let lane_flags = p.lane_flags.load(Relaxed);

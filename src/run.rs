@@ -250,13 +250,14 @@ impl Core {
         }
         // SAFETY: completed and unreferenced: exclusively ours until given back.
         unsafe {
-            let meta = block.meta();
+            let meta = block.meta_mut();
             if meta.profile_session != 0 {
                 self.record_finished(block, meta);
+                meta.profile_session = 0;
             }
+            meta.rejected = None;
             block.body.with_mut(|b| *b = Body::Empty);
             block.deps.with_mut(|d| (*d).clear());
-            block.meta_mut().rejected = None;
         }
         self.retire(op);
     }

@@ -64,6 +64,11 @@ impl ProfileEvent {
         self.start_ns.saturating_sub(self.ready_ns)
     }
 
+    /// The middle of the body's slice in a trace.
+    fn body_midpoint_ns(&self) -> u64 {
+        self.start_ns + self.body_end_ns.saturating_sub(self.start_ns) / 2
+    }
+
     /// Time from start to completion.
     pub fn duration_ns(&self) -> u64 {
         self.end_ns.saturating_sub(self.start_ns)
@@ -249,21 +254,21 @@ impl Profile {
                 }
             }
             if let Some(from) = e.made_ready_by.and_then(|t| by_ticket.get(&t)) {
-                // The arrow leaves the predecessor's slice (bound by its
-                // start, which lies inside it) and enters this one.
+                // Flow events bind to the slice enclosing their timestamp on
+                // their thread: the middle of each slice is inside it.
                 writeln!(
                     out,
                     ",{{\"ph\":\"s\",\"pid\":1,\"tid\":{},\"cat\":\"ready\",\"name\":\"made ready\",\"id\":{},\"ts\":{}}}",
                     from.lane,
                     e.ticket,
-                    us(from.start_ns)
+                    us(from.body_midpoint_ns())
                 )?;
                 writeln!(
                     out,
                     ",{{\"ph\":\"f\",\"bp\":\"e\",\"pid\":1,\"tid\":{},\"cat\":\"ready\",\"name\":\"made ready\",\"id\":{},\"ts\":{}}}",
                     e.lane,
                     e.ticket,
-                    us(e.start_ns)
+                    us(e.body_midpoint_ns())
                 )?;
             }
         }

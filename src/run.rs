@@ -77,9 +77,6 @@ impl Core {
         if !meta.is_async {
             let outcome = catch_unwind(AssertUnwindSafe(|| self.invoke(block, &ctx, None)));
             CURRENT_OP.with(|c| c.set(outer));
-            if profiled {
-                self.stamp_body_end(block);
-            }
             let failure = match outcome {
                 Ok(Ok(())) => None,
                 Ok(Err(message)) => Some(OpError::new(name, message)),

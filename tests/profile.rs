@@ -143,6 +143,23 @@ fn flow_arrows_follow_what_made_each_operation_ready() {
     let ends: Vec<u64> = trace.iter().filter(|e| e["ph"] == "f").map(|e| e["id"].as_u64().unwrap()).collect();
     assert_eq!(starts.len(), 20);
     assert_eq!(starts, ends, "every arrow has both ends");
+    // Each end lies inside its operation's slice on the same lane, so that
+    // viewers bind the arrow to the right slices.
+    let slices: HashMap<u64, &Value> =
+        trace.iter().filter(|e| e["ph"] == "X").map(|e| (e["args"]["ticket"].as_u64().unwrap(), e)).collect();
+    for flow in trace.iter().filter(|e| e["ph"] == "s" || e["ph"] == "f") {
+        let succ = flow["id"].as_u64().unwrap();
+        let ticket = if flow["ph"] == "f" {
+            succ
+        } else {
+            events.iter().find(|e| e.ticket == succ).unwrap().made_ready_by.unwrap()
+        };
+        let slice = slices[&ticket];
+        let (start, dur, ts) =
+            (slice["ts"].as_f64().unwrap(), slice["dur"].as_f64().unwrap(), flow["ts"].as_f64().unwrap());
+        assert_eq!(flow["tid"], slice["tid"], "{flow} on the lane of {slice}");
+        assert!(start <= ts && ts <= start + dur, "{flow} inside {slice}");
+    }
 }
 
 #[test]

@@ -1,10 +1,14 @@
-//! The process-wide engine is configured from the environment (one test:
-//! the environment is process-wide too).
+//! The process-wide engine is configured from the environment. The
+//! environment is process-wide too: the tests take turns (`ENV`).
 
 use depengine::{Engine, EngineBuilder, EngineError, EngineKind};
+use std::sync::Mutex;
+
+static ENV: Mutex<()> = Mutex::new(());
 
 #[test]
 fn global_engine_reads_the_environment() {
+    let _turn = ENV.lock().unwrap_or_else(|e| e.into_inner());
     std::env::set_var("DEPENGINE_ENGINE_TYPE", "bogus");
     assert!(matches!(EngineBuilder::from_env(), Err(EngineError::Config(m)) if m.contains("bogus")));
     std::env::set_var("DEPENGINE_ENGINE_TYPE", "pooled");
@@ -21,4 +25,36 @@ fn global_engine_reads_the_environment() {
     engine.push_sync(|_| {}, &[], &[v]).unwrap();
     engine.wait_var(v).unwrap();
     assert_eq!(engine.var_version(v).unwrap(), 1);
+}
+
+/// The observability variables.
+#[test]
+fn observability_is_configured_from_the_environment() {
+    let _turn = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    std::env::remove_var("DEPENGINE_SPIN_US"); // the other test may have left it invalid
+    let dir = std::env::temp_dir().join(format!("depengine-env-profile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("env.json");
+    std::env::set_var("DEPENGINE_PROFILE_EVENTS", "nope");
+    assert!(matches!(EngineBuilder::from_env(), Err(EngineError::Config(m)) if m.contains("DEPENGINE_PROFILE_EVENTS")));
+    std::env::set_var("DEPENGINE_PROFILE_EVENTS", "64");
+    std::env::set_var("DEPENGINE_PROFILE", &path);
+    std::env::set_var("DEPENGINE_HANG_REPORT_MS", "60000");
+    let b = EngineBuilder::from_env().unwrap();
+    std::env::remove_var("DEPENGINE_PROFILE");
+    std::env::remove_var("DEPENGINE_HANG_REPORT_MS");
+    std::env::remove_var("DEPENGINE_PROFILE_EVENTS");
+    {
+        let engine = b.cpu_workers(1).build().unwrap();
+        assert!(engine.is_profiling());
+        assert!(engine.pending_report(None).is_ok(), "hang diagnosis is on");
+        let v = engine.new_var();
+        for _ in 0..100 {
+            engine.push_sync(|_| {}, &[], &[v]).unwrap();
+        }
+    }
+    let trace = std::fs::read_to_string(&path).unwrap();
+    let recorded = trace.matches("\"ph\":\"X\"").count();
+    assert!(recorded > 0 && recorded <= 64 * 5, "a 64-operation ring per lane: {recorded} recorded");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

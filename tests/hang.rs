@@ -7,17 +7,22 @@ use std::sync::mpsc::{channel, Receiver};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// An engine that reports waits stuck for 50 ms to the returned channel.
-fn diagnosed(kind: EngineKind) -> (Engine, Receiver<HangReport>) {
+/// An engine that reports waits stuck for `after` to the returned channel.
+fn diagnosed_after(kind: EngineKind, after: Duration) -> (Engine, Receiver<HangReport>) {
     let (tx, rx) = channel();
     let engine = Engine::builder()
         .kind(kind)
         .cpu_workers(2)
-        .hang_report(Duration::from_millis(50))
+        .hang_report(after)
         .on_hang(move |r| tx.send(r.clone()).unwrap())
         .build()
         .unwrap();
     (engine, rx)
+}
+
+/// Reports after 50 ms.
+fn diagnosed(kind: EngineKind) -> (Engine, Receiver<HangReport>) {
+    diagnosed_after(kind, Duration::from_millis(50))
 }
 
 #[test]
@@ -64,12 +69,16 @@ fn a_running_body_is_shown_on_its_worker() {
     let ran_on = Arc::new(Mutex::new(None));
     let r = ran_on.clone();
     let body = move |ctx: &depengine::RunContext| {
-        *r.lock().unwrap() = ctx.worker();
+        *r.lock().unwrap() = Some(ctx.worker());
         while !g.load(Ordering::Acquire) {
             std::thread::sleep(Duration::from_millis(1));
         }
     };
     engine.push_sync_with(body, &[], &[v], PushOpts::new().name("spin")).unwrap();
+    // Let a worker take it before anyone waits (a waiter would run it itself).
+    while ran_on.lock().unwrap().is_none() {
+        std::thread::yield_now();
+    }
     std::thread::scope(|s| {
         let waiter = s.spawn(|| engine.wait_all());
         let report = reports.recv_timeout(Duration::from_secs(10)).expect("a hang report");
@@ -78,7 +87,7 @@ fn a_running_body_is_shown_on_its_worker() {
         let text = report.to_string();
         assert_eq!(report.wait, "wait_all()", "{text}");
         assert_eq!(report.running.len(), 1, "{text}");
-        let worker = ran_on.lock().unwrap().expect("ran on a worker");
+        let worker = ran_on.lock().unwrap().unwrap().expect("ran on a worker");
         assert_eq!(report.running[0].state, PendingState::Running(worker), "{text}");
         assert!(text.contains(&format!("running on cpu worker {worker}")), "{text}");
     });
@@ -101,13 +110,15 @@ fn a_report_can_be_asked_for_and_needs_diagnosis_on() {
 
 #[test]
 fn quick_waits_are_not_reported() {
-    let (engine, reports) = diagnosed(EngineKind::Pooled);
+    // Each wait takes microseconds; a loaded machine may stretch one to a
+    // few ms, never to a second.
+    let (engine, reports) = diagnosed_after(EngineKind::Pooled, Duration::from_secs(1));
     let v = engine.new_var();
     for _ in 0..1000 {
         engine.push_sync(|_| {}, &[], &[v]).unwrap();
         engine.wait_var(v).unwrap();
     }
     engine.wait_all().unwrap();
-    std::thread::sleep(Duration::from_millis(120));
+    std::thread::sleep(Duration::from_millis(300)); // a watchdog pass or more
     assert!(reports.try_recv().is_err());
 }

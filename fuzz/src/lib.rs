@@ -20,7 +20,18 @@ pub fn engines() -> &'static [(EngineKind, Arc<Engine>)] {
         quiet_intended_panics();
         EngineKind::ALL
             .iter()
-            .map(|&kind| (kind, Arc::new(Engine::builder().kind(kind).cpu_workers(2).build().expect("engine"))))
+            .map(|&kind| {
+                let mut b = Engine::builder().kind(kind).cpu_workers(2);
+                if kind == EngineKind::Pooled {
+                    // Hang diagnosis on (its threshold never reached), so
+                    // that its hooks meet every interleaving too.
+                    b = b.hang_report(std::time::Duration::from_secs(3600));
+                }
+                // And the profiler recording, in small rings.
+                let engine = b.profile_events(1024).build().expect("engine");
+                engine.start_profiling();
+                (kind, Arc::new(engine))
+            })
             .collect()
     })
 }

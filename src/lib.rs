@@ -63,6 +63,18 @@
 //! them before its push returns. See `ARCHITECTURE.md` for one operation's
 //! walk through the code.
 //!
+//! ## Seeing what it did
+//!
+//! - [`Engine::stats`]: always-on counters ([`EngineStats`]).
+//! - [`Engine::start_profiling`] / [`Engine::stop_profiling`],
+//!   [`EngineBuilder::profile`] or `DEPENGINE_PROFILE=path`: a [`Profile`]
+//!   of every operation, as a Chrome trace and a per-name summary.
+//! - [`EngineBuilder::hang_report`] or `DEPENGINE_HANG_REPORT_MS`: a wait
+//!   stuck past a threshold reports what it is behind ([`HangReport`]).
+//! - [`EngineBuilder::shuffle_seed`] or `DEPENGINE_SHUFFLE_SEED`: ready
+//!   operations run in a seeded random order, to shake out missing
+//!   dependencies.
+//!
 //! Misuse the compiler rejects — a body that is not `Send`:
 //!
 //! ```compile_fail

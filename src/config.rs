@@ -4,6 +4,7 @@
 //! |---|---|---|
 //! | `DEPENGINE_ENGINE_TYPE` | [`EngineBuilder::kind`] | `pooled` |
 //! | `DEPENGINE_CPU_WORKERS` | [`EngineBuilder::cpu_workers`] | cores this process may use |
+//! | `DEPENGINE_PIN` | [`EngineBuilder::pin`] | `1` (per_device) |
 //! | `DEPENGINE_COPY_WORKERS` | [`EngineBuilder::copy_workers`] | 1 |
 //! | `DEPENGINE_SPIN_US` | [`EngineBuilder::spin`] | 50 µs |
 //! | `DEPENGINE_CANCEL_ON_DROP` | [`EngineBuilder::cancel_on_drop`] | `0` |
@@ -27,6 +28,10 @@ pub enum EngineKind {
     Naive,
     /// One shared pool of workers with one ready queue, plus a copy pool.
     Pooled,
+    /// The production engine: one worker per allowed CPU, pinned, grouped
+    /// by NUMA node, with work-stealing deques, a priority pool and the
+    /// inline path for ready `Async` operations.
+    PerDevice,
 }
 
 impl EngineKind {
@@ -35,6 +40,7 @@ impl EngineKind {
         match self {
             EngineKind::Naive => "naive",
             EngineKind::Pooled => "pooled",
+            EngineKind::PerDevice => "per_device",
         }
     }
 
@@ -43,15 +49,15 @@ impl EngineKind {
         match s.trim().to_ascii_lowercase().as_str() {
             "naive" => Ok(EngineKind::Naive),
             "pooled" => Ok(EngineKind::Pooled),
-            "per_device" => Err(EngineError::Config(
-                "DEPENGINE_ENGINE_TYPE=per_device: the per_device engine is not built yet; use pooled".into(),
-            )),
-            other => Err(EngineError::Config(format!("DEPENGINE_ENGINE_TYPE={other:?}: expected naive or pooled"))),
+            "per_device" => Ok(EngineKind::PerDevice),
+            other => Err(EngineError::Config(format!(
+                "DEPENGINE_ENGINE_TYPE={other:?}: expected naive, pooled or per_device"
+            ))),
         }
     }
 
     /// Every engine this build provides.
-    pub const ALL: [EngineKind; 2] = [EngineKind::Naive, EngineKind::Pooled];
+    pub const ALL: [EngineKind; 3] = [EngineKind::Naive, EngineKind::Pooled, EngineKind::PerDevice];
 }
 
 /// Builds an [`Engine`]; every setting also has an environment variable
@@ -68,6 +74,7 @@ pub struct EngineBuilder {
     pub(crate) cpu_workers: Option<usize>,
     pub(crate) copy_workers: usize,
     pub(crate) spin: Duration,
+    pub(crate) pin: bool,
     pub(crate) cancel_on_drop: bool,
     pub(crate) max_pending: u64,
     pub(crate) shuffle_seed: Option<u64>,
@@ -95,6 +102,7 @@ impl Default for EngineBuilder {
             cpu_workers: None,
             copy_workers: 1,
             spin: Duration::from_micros(50),
+            pin: true,
             cancel_on_drop: false,
             max_pending: 1 << 16,
             shuffle_seed: None,
@@ -137,6 +145,9 @@ impl EngineBuilder {
         if let Some(us) = env_parse::<u64>("DEPENGINE_SPIN_US")? {
             b.spin = Duration::from_micros(us);
         }
+        if let Some(p) = env_parse::<u8>("DEPENGINE_PIN")? {
+            b.pin = p != 0;
+        }
         if let Some(c) = env_parse::<u8>("DEPENGINE_CANCEL_ON_DROP")? {
             b.cancel_on_drop = c != 0;
         }
@@ -167,7 +178,7 @@ impl EngineBuilder {
         self
     }
 
-    /// CPU workers (pooled); at least 1.
+    /// CPU workers (pooled, per_device); at least 1.
     pub fn cpu_workers(mut self, n: usize) -> Self {
         self.cpu_workers = Some(n);
         self
@@ -182,6 +193,14 @@ impl EngineBuilder {
     /// How long an idle worker spins before it parks.
     pub fn spin(mut self, spin: Duration) -> Self {
         self.spin = spin;
+        self
+    }
+
+    /// Whether the per_device engine pins each worker to its CPU (default
+    /// on; turn it off when the process shares its CPUs with other busy
+    /// programs).
+    pub fn pin(mut self, pin: bool) -> Self {
+        self.pin = pin;
         self
     }
 

@@ -10,7 +10,7 @@
 
 use crate::bulk::BulkBuf;
 use crate::config::EngineBuilder;
-use crate::context::{Context, PushOpts};
+use crate::context::{Context, FnProperty, PushOpts};
 use crate::diagnose::{print_report, Diagnosis, HangHandler};
 use crate::dispatch::Dispatcher;
 use crate::error::{EngineError, OpError};
@@ -285,15 +285,34 @@ impl Core {
         }
     }
 
-    /// Schedules what a combining pass found ready (after it let go).
+    /// Schedules what a combining pass found ready (after it let go). On
+    /// executors with the kAsync inline path, a ready `Async` or
+    /// `DeleteVar` operation runs here, on the dispatching thread.
     #[inline]
     fn schedule_list(&self, ready: ReadyList) {
+        let inline_async = self.executor.runs_async_inline();
         let mut op = ready.head;
         while op != NIL {
             let next = self.oprs.get(op).link.load(Ordering::Relaxed);
-            self.schedule(op);
+            // SAFETY: a ready block belongs to whoever schedules it.
+            let prop = unsafe { self.oprs.get(op).meta() }.opts.prop;
+            if inline_async && matches!(prop, FnProperty::Async | FnProperty::DeleteVar) {
+                self.run_ready_inline(op);
+            } else {
+                self.schedule(op);
+            }
             op = next;
         }
+    }
+
+    /// The kAsync inline path: runs a ready operation on this thread now.
+    fn run_ready_inline(&self, op: u32) {
+        // SAFETY: as in `schedule_list`.
+        let meta = unsafe { self.oprs.get(op).meta() };
+        if meta.profile_session != 0 || self.diagnosis.is_some() {
+            self.observe_ready(self.oprs.get(op), meta);
+        }
+        crate::executor::inline::run_inline(self, op);
     }
 
     /// Dispatches everything submitted so far; `then` runs while combining,

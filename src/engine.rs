@@ -7,6 +7,7 @@ use crate::core::Core;
 use crate::diagnose::HangReport;
 use crate::error::{EngineError, OpOutput};
 use crate::executor::naive::NaiveExecutor;
+use crate::executor::per_device::PerDeviceExecutor;
 use crate::executor::pooled::PooledExecutor;
 use crate::executor::shuffle::ShuffleExecutor;
 use crate::executor::Executor;
@@ -16,6 +17,7 @@ use crate::opr::{Body, Dep, DepList, OprKind, READ, WRITE};
 use crate::profile::Profile;
 use crate::stats::EngineStats;
 use crate::sync::Ordering;
+use crate::topology::Topology;
 use crate::var::Var;
 use std::sync::{Arc, OnceLock};
 
@@ -37,6 +39,8 @@ pub struct Engine {
     profile_path: Option<std::path::PathBuf>,
     /// The hang-diagnosis watchdog thread, when on.
     watchdog: Option<std::thread::JoinHandle<()>>,
+    /// per_device: the topology and the CPU each worker is pinned to.
+    placement: Option<(Topology, Vec<Option<usize>>)>,
 }
 
 /// Pool occupancy, for leak checks and tuning. Exact when the engine is idle.
@@ -73,11 +77,19 @@ impl Engine {
     }
 
     pub(crate) fn start(b: EngineBuilder) -> Engine {
+        let mut placement = None;
         let executor: Box<dyn Executor> = match (b.shuffle_seed, b.kind) {
             (Some(seed), _) => Box::new(ShuffleExecutor::new(seed, b.shuffle_workers)),
             (None, EngineKind::Naive) => Box::new(NaiveExecutor),
             (None, EngineKind::Pooled) => {
                 Box::new(PooledExecutor::new(b.resolved_cpu_workers(), b.copy_workers, b.spin))
+            }
+            (None, EngineKind::PerDevice) => {
+                let topology = Topology::detect();
+                let workers = b.cpu_workers.unwrap_or(topology.cpus.len());
+                let executor = PerDeviceExecutor::new(topology.clone(), workers, b.pin, b.spin);
+                placement = Some((topology, executor.pinned()));
+                Box::new(executor)
             }
         };
         let core = Arc::new(Core::new(executor, &b));
@@ -105,6 +117,7 @@ impl Engine {
             shuffle_seed: b.shuffle_seed,
             profile_path: b.profile,
             watchdog,
+            placement,
         }
     }
 
@@ -117,6 +130,20 @@ impl Engine {
     /// Which engine this is.
     pub fn kind(&self) -> EngineKind {
         self.kind
+    }
+
+    /// The topology the per_device engine laid its workers out on (`None`
+    /// for the other engines). Its `Display` is the engine's start-up
+    /// line: how many CPUs and nodes, and whether hwloc or `core_affinity`
+    /// found them.
+    pub fn topology(&self) -> Option<&Topology> {
+        self.placement.as_ref().map(|(t, _)| t)
+    }
+
+    /// The CPU each per_device worker is pinned to, by worker id (`None`
+    /// entries: pinning is off; empty for the other engines).
+    pub fn pinned_cpus(&self) -> &[Option<usize>] {
+        self.placement.as_ref().map_or(&[], |(_, p)| p)
     }
 
     /// Worker threads serving CPU operations (0 for `naive`).

@@ -1,8 +1,8 @@
 //! Zero heap allocations per operation in steady state (SPEC §5), proven
 //! with a counting global allocator: after warm-up, 100,000 push → run →
 //! complete cycles of synchronous, asynchronous and prebuilt operations on
-//! the pooled engine allocate nothing, on any thread — with the profiler
-//! off, and with it recording every operation.
+//! the pooled and per_device engines allocate nothing, on any thread — with
+//! the profiler off, and with it recording every operation.
 
 use alloc_count::{allocations, CountingAlloc};
 use depengine::{Context, Engine, EngineKind, FnProperty, Var};
@@ -52,12 +52,14 @@ fn batch(engine: &Engine, vars: &[Var], op: &depengine::Operator) {
 /// tests running at once would count each other's allocations.
 #[test]
 fn steady_state_push_run_complete_allocates_nothing() {
-    steady_state(false);
-    steady_state(true);
+    for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
+        steady_state(kind, false);
+        steady_state(kind, true);
+    }
 }
 
-fn steady_state(profile: bool) {
-    let engine = Engine::builder().kind(EngineKind::Pooled).cpu_workers(2).build().unwrap();
+fn steady_state(kind: EngineKind, profile: bool) {
+    let engine = Engine::builder().kind(kind).cpu_workers(2).build().unwrap();
     if profile {
         engine.start_profiling();
     }
@@ -104,7 +106,10 @@ fn steady_state(profile: bool) {
         batch(&engine, &vars, &op);
     }
     let allocated = allocations() - before;
-    assert_eq!(allocated, 0, "{allocated} heap allocations in {CYCLES} steady-state cycles (profiling: {profile})");
+    assert_eq!(
+        allocated, 0,
+        "{kind:?}: {allocated} heap allocations in {CYCLES} steady-state cycles (profiling: {profile})"
+    );
     assert!(engine.var_version(vars[1]).unwrap() > CYCLES as u64 / 8);
     if profile {
         let recorded = engine.stop_profiling();

@@ -9,16 +9,18 @@ const CAP: u64 = 1_000;
 
 #[test]
 fn a_racing_pusher_stays_near_the_cap() {
-    let engine = Engine::builder().kind(EngineKind::Pooled).cpu_workers(2).max_pending(CAP).build().unwrap();
-    let v = engine.new_var();
-    let mut highest = 0;
-    for _ in 0..50_000 {
-        engine.push_sync(|_| (0..50).for_each(|_| std::hint::spin_loop()), &[], &[v]).unwrap();
-        highest = highest.max(engine.pending());
+    for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
+        let engine = Engine::builder().kind(kind).cpu_workers(2).max_pending(CAP).build().unwrap();
+        let v = engine.new_var();
+        let mut highest = 0;
+        for _ in 0..50_000 {
+            engine.push_sync(|_| (0..50).for_each(|_| std::hint::spin_loop()), &[], &[v]).unwrap();
+            highest = highest.max(engine.pending());
+        }
+        engine.wait_all().unwrap();
+        assert!(highest <= 4 * CAP, "{kind:?}: pending reached {highest} with a cap of {CAP}");
+        assert!(engine.pool_stats().op_blocks_created as u64 <= 8 * CAP, "{kind:?}: {:?}", engine.pool_stats());
     }
-    engine.wait_all().unwrap();
-    assert!(highest <= 4 * CAP, "pending reached {highest} with a cap of {CAP}");
-    assert!(engine.pool_stats().op_blocks_created as u64 <= 8 * CAP, "{:?}", engine.pool_stats());
 }
 
 #[test]

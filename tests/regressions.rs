@@ -16,8 +16,11 @@ use std::time::Duration;
 fn long_chains_keep_the_queue_cursor() {
     const ROUNDS: usize = if cfg!(debug_assertions) { 25 } else { 80 };
     const OPS: u64 = 50_000;
-    for _ in 0..ROUNDS {
-        let engine = Arc::new(Engine::builder().kind(EngineKind::Pooled).cpu_workers(4).build().unwrap());
+    for i in 0..ROUNDS {
+        // Alternate the engines with workers (per_device: chains on one
+        // worker's deque; pooled: the successor slot).
+        let kind = if i % 2 == 0 { EngineKind::Pooled } else { EngineKind::PerDevice };
+        let engine = Arc::new(Engine::builder().kind(kind).cpu_workers(4).build().unwrap());
         let v = engine.new_var();
         let count = Arc::new(AtomicU64::new(0));
         for round in 1..=3 {

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{engines, eventually, parallel_engines, Log};
-use depengine::{Context, FnProperty, PushOpts};
+use depengine::{Context, EngineKind, FnProperty, PushOpts};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -366,18 +366,19 @@ fn options_reach_the_body() {
     }
 }
 
+/// The pooled engine's copy pool (per_device runs CPU-context copies on its
+/// CPU workers; its copy rings are per GPU).
 #[test]
 fn copy_operations_run_on_the_copy_pool() {
-    for engine in parallel_engines() {
-        let v = engine.new_var();
-        let worker = Arc::new(Mutex::new(None));
-        let w = worker.clone();
-        let opts = PushOpts::new().prop(FnProperty::CopyToGpu);
-        engine.push_sync_with(move |ctx| *w.lock().unwrap() = ctx.worker(), &[], &[v], opts).unwrap();
-        engine.wait_all().unwrap();
-        let id = worker.lock().unwrap().expect("ran on a worker");
-        assert!(id >= engine.cpu_workers(), "copy op ran on cpu worker {id}");
-    }
+    let engine = common::engine(EngineKind::Pooled);
+    let v = engine.new_var();
+    let worker = Arc::new(Mutex::new(None));
+    let w = worker.clone();
+    let opts = PushOpts::new().prop(FnProperty::CopyToGpu);
+    engine.push_sync_with(move |ctx| *w.lock().unwrap() = ctx.worker(), &[], &[v], opts).unwrap();
+    engine.wait_all().unwrap();
+    let id = worker.lock().unwrap().expect("ran on a worker");
+    assert!(id >= engine.cpu_workers(), "copy op ran on cpu worker {id}");
 }
 
 #[test]

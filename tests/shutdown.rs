@@ -45,8 +45,13 @@ fn drop_with_pending_work_runs_all_of_it() {
 
 #[test]
 fn drop_with_parked_workers_returns() {
-    let engine =
-        Engine::builder().kind(EngineKind::Pooled).cpu_workers(2).spin(Duration::from_micros(1)).build().unwrap();
+    for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
+        drop_with_parked_workers_returns_on(kind);
+    }
+}
+
+fn drop_with_parked_workers_returns_on(kind: EngineKind) {
+    let engine = Engine::builder().kind(kind).cpu_workers(2).spin(Duration::from_micros(1)).build().unwrap();
     let v = engine.new_var();
     engine.push_sync(|_| {}, &[], &[v]).unwrap();
     engine.wait_all().unwrap();
@@ -113,7 +118,13 @@ fn no_block_is_left_behind() {
 
 #[test]
 fn shutdown_cancel_skips_queued_work() {
-    let engine = Arc::new(Engine::builder().kind(EngineKind::Pooled).cpu_workers(2).build().unwrap());
+    for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
+        shutdown_cancel_skips_queued_work_on(kind);
+    }
+}
+
+fn shutdown_cancel_skips_queued_work_on(kind: EngineKind) {
+    let engine = Arc::new(Engine::builder().kind(kind).cpu_workers(2).build().unwrap());
     let v = engine.new_var();
     let gate = Arc::new(AtomicBool::new(false));
     let ran = Arc::new(AtomicUsize::new(0));

@@ -8,6 +8,8 @@
 //!   it ready (the reference the others are checked against);
 //! - [`pooled`]: a shared worker pool with one ready queue, plus a separate
 //!   queue and pool for copy operations;
+//! - [`per_device`]: pinned per-CPU workers with work-stealing deques,
+//!   per-NUMA-node injectors and a priority pool (the production engine);
 //! - [`shuffle`]: no workers; threads that wait run ready operations in a
 //!   seeded random order (a debugging mode that replaces any engine's
 //!   executor when a shuffle seed is set).
@@ -15,7 +17,9 @@
 pub(crate) mod inline;
 pub(crate) mod naive;
 pub(crate) mod park;
+pub(crate) mod per_device;
 pub(crate) mod pooled;
+pub(crate) mod priority;
 pub(crate) mod ready_ring;
 pub(crate) mod shuffle;
 
@@ -59,4 +63,11 @@ pub(crate) trait Executor: Send + Sync {
 
     /// Adds the executor's own counters (parks, wake-ups, queue depth).
     fn add_stats(&self, _stats: &mut EngineStats) {}
+
+    /// Whether an `Async` or `DeleteVar` operation found ready when it is
+    /// dispatched runs at once on the dispatching thread (the kAsync inline
+    /// path) instead of being scheduled.
+    fn runs_async_inline(&self) -> bool {
+        false
+    }
 }

@@ -1,0 +1,405 @@
+//! The per_device executor (SPEC §3, the production engine), CPU side: one
+//! worker per allowed CPU, pinned to it and grouped by NUMA node
+//! (`topology.rs`), each owning a work-stealing deque.
+//!
+//! # Where a ready operation goes
+//!
+//! - `CpuPrioritized`: the priority pool (`priority.rs`), which every
+//!   worker serves before anything else.
+//! - Made ready on one of this engine's workers (a completion releasing the
+//!   next operation, a nested push): that worker's own deque, so a
+//!   dependency chain stays on one core with no cross-core hop. Up to
+//!   [`LOCAL_CAPACITY`] wait there; beyond, they go to the node's injector.
+//! - Made ready anywhere else (a pusher, a completion signalled by another
+//!   thread): the injector of the node the operation's CPU context names,
+//!   else of the pushing thread's node.
+//! - A full injector or priority level: run by the thread that made the
+//!   operation ready (as the pooled engine does), which also throttles it.
+//!
+//! The deque is crossbeam's Chase-Lev deque (`crossbeam_deque::Worker`,
+//! LIFO for the owner, FIFO for thieves): the floor measured here is
+//! 13.5 ns for a push and pop (`shared/TOOLCHAIN.md`), below anything else
+//! in an operation's life, so an own deque on crossbeam-epoch would buy
+//! nothing measurable. It grows by reallocating; keeping at most
+//! [`LOCAL_CAPACITY`] operations in it (its initial capacity) means it
+//! never does, so running allocates nothing. The injectors are the bounded
+//! ready rings of the pooled engine: crossbeam's `Injector` allocates a
+//! block every 63 operations.
+//!
+//! # Finding work
+//!
+//! A worker takes, in order: the priority pool, its own deque, its node's
+//! injector, a steal from the other workers of its node, then the other
+//! nodes' injectors and workers. A thread blocked in a wait helps the same
+//! way from its own node. Integer priorities of non-prioritized operations
+//! do not reorder anything: a deque and a FIFO ring cannot order by them
+//! without a cost on every push (use `CpuPrioritized` where order matters).
+//!
+//! # Waking
+//!
+//! Idle workers spin (one at a time) and park (`park.rs`). Pushing to an
+//! injector or the priority pool wakes a parked worker unless one is
+//! spinning; a spinner that finds work wakes a parked worker before it
+//! takes it, since it may have been the only one told about several. A worker's own push
+//! wakes one only when its deque already held work or the push comes from
+//! inside a running body (which may run long): a chain released by
+//! completions never pays for a wake-up, and otherwise nothing ready is
+//! left waiting while a worker sleeps.
+
+use super::inline::{run_inline, run_queued_one};
+use super::park::Sleep;
+use super::priority::PriorityPool;
+use super::ready_ring::ReadyRing;
+use super::Executor;
+use crate::context::{Context, FnProperty};
+use crate::core::Core;
+use crate::stats::{EngineStats, ExecutorCounters, READY_SAMPLE};
+use crate::sync::{spin_hint, AtomicBool, Ordering};
+use crate::topology::Topology;
+use crossbeam_deque::{Steal, Stealer, Worker};
+use std::cell::Cell;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Operations a worker keeps in its own deque (crossbeam's initial
+/// capacity, so the deque never reallocates).
+pub(crate) const LOCAL_CAPACITY: usize = 64;
+
+/// Ready operations a node's injector holds before pushers run them inline.
+const INJECTOR_CAPACITY: usize = 1 << 14;
+
+/// Deque and injector polls between two looks at the clock while spinning.
+const SPIN_POLLS: u32 = 64;
+
+/// What every worker and helper shares.
+struct Shared {
+    stealers: Box<[Stealer<u32>]>,
+    /// Each worker's NUMA node.
+    node_of: Box<[usize]>,
+    /// Each worker's CPU when pinned.
+    pinned: Box<[Option<usize>]>,
+    injectors: Box<[ReadyRing]>,
+    priority: PriorityPool,
+    sleep: Sleep,
+    stop: AtomicBool,
+    spin: Duration,
+    counters: ExecutorCounters,
+    stolen: AtomicU64,
+    topology: Topology,
+}
+
+/// A worker's own state, on its thread's stack.
+struct Local {
+    shared: *const Shared,
+    id: usize,
+    deque: Worker<u32>,
+}
+
+crate::sync::thread_local! {
+    /// This thread's worker state (null for other threads).
+    static LOCAL: Cell<*const Local> = const { Cell::new(std::ptr::null()) };
+    /// The NUMA node a non-worker thread pushes to (`usize::MAX`: not yet read).
+    static HOME_NODE: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// The per_device CPU executor (see the module docs).
+pub(crate) struct PerDeviceExecutor {
+    shared: Arc<Shared>,
+    /// The workers' deques until `start` hands each to its thread.
+    deques: Mutex<Vec<Worker<u32>>>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl PerDeviceExecutor {
+    /// `workers` CPU workers over `topology` (worker `i` on CPU `i mod
+    /// cpus`), pinned if `pin`; idle workers spin for `spin` before parking.
+    pub(crate) fn new(topology: Topology, workers: usize, pin: bool, spin: Duration) -> Self {
+        let deques: Vec<Worker<u32>> = (0..workers).map(|_| Worker::new_lifo()).collect();
+        let cpu = |i: usize| topology.cpus[i % topology.cpus.len()];
+        let shared = Shared {
+            stealers: deques.iter().map(Worker::stealer).collect(),
+            node_of: (0..workers).map(|i| cpu(i).node).collect(),
+            pinned: (0..workers).map(|i| pin.then(|| cpu(i).os_index)).collect(),
+            injectors: (0..topology.nodes).map(|_| ReadyRing::new(INJECTOR_CAPACITY)).collect(),
+            priority: PriorityPool::default(),
+            sleep: Sleep::default(),
+            stop: AtomicBool::new(false),
+            spin,
+            counters: ExecutorCounters::default(),
+            stolen: AtomicU64::new(0),
+            topology,
+        };
+        PerDeviceExecutor { shared: Arc::new(shared), deques: Mutex::new(deques), threads: Mutex::new(Vec::new()) }
+    }
+
+    /// The CPU each worker is pinned to (`None`: not pinned).
+    pub(crate) fn pinned(&self) -> Vec<Option<usize>> {
+        self.shared.pinned.to_vec()
+    }
+
+    /// This thread's worker state, if it is one of this executor's workers.
+    fn local(&self) -> Option<&Local> {
+        let local = LOCAL.with(|l| l.get());
+        // SAFETY: a non-null `LOCAL` points at the worker's own `Local`,
+        // alive on its stack for as long as the thread works.
+        (!local.is_null() && std::ptr::eq(unsafe { (*local).shared }, &*self.shared)).then(|| unsafe { &*local })
+    }
+}
+
+impl Shared {
+    /// The node a non-worker thread's pushes go to: the node of the CPU it
+    /// runs on when first asked (threads move; this is a hint).
+    fn home_node(&self) -> usize {
+        HOME_NODE.with(|h| {
+            if h.get() == usize::MAX {
+                // SAFETY: `sched_getcpu` has no preconditions; −1 means unknown.
+                let cpu = unsafe { libc::sched_getcpu() };
+                h.set(if cpu < 0 { 0 } else { self.topology.node_of(cpu as usize) });
+            }
+            h.get() % self.injectors.len()
+        })
+    }
+
+    /// Wakes a parked worker unless one is spinning, counting it.
+    #[inline]
+    fn wake_one(&self) {
+        if self.sleep.notify_one() {
+            self.counters.wakeups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Whether any queue may hold work (a hint, for spinning and parking).
+    fn has_work(&self) -> bool {
+        self.priority.may_have_work()
+            || self.injectors.iter().any(|q| !q.is_empty())
+            || self.stealers.iter().any(|s| !s.is_empty())
+    }
+
+    /// Steals one operation from the workers of `node` (or of every other
+    /// node), skipping `me`.
+    fn steal(&self, me: Option<usize>, node: usize, same_node: bool) -> Option<u32> {
+        let n = self.stealers.len();
+        let start = me.map_or(0, |m| m + 1);
+        for k in 0..n {
+            let w = (start + k) % n;
+            if Some(w) == me || (self.node_of[w] == node) != same_node {
+                continue;
+            }
+            loop {
+                match self.stealers[w].steal() {
+                    Steal::Success(op) => {
+                        self.stolen.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        return Some(op);
+                    }
+                    Steal::Retry => continue,
+                    Steal::Empty => break,
+                }
+            }
+        }
+        None
+    }
+
+    /// The next operation for a thread of `node` (a worker passes its id
+    /// and deque).
+    fn find_work(&self, node: usize, local: Option<&Local>) -> Option<u32> {
+        if let Some(op) = self.priority.pop() {
+            return Some(op);
+        }
+        if let Some(op) = local.and_then(|l| l.deque.pop()) {
+            return Some(op);
+        }
+        if let Some(op) = self.injectors[node].pop() {
+            return Some(op);
+        }
+        let me = local.map(|l| l.id);
+        if let Some(op) = self.steal(me, node, true) {
+            return Some(op);
+        }
+        let others = self.injectors.len();
+        for k in 1..others {
+            if let Some(op) = self.injectors[(node + k) % others].pop() {
+                return Some(op);
+            }
+        }
+        self.steal(me, node, false)
+    }
+
+    /// Spins up to `spin` looking for work; returns whether some appeared.
+    fn spin_for_work(&self) -> bool {
+        let start = Instant::now();
+        loop {
+            for _ in 0..SPIN_POLLS {
+                if self.has_work() {
+                    return true;
+                }
+                spin_hint();
+            }
+            if start.elapsed() >= self.spin {
+                return false;
+            }
+            // Workers may outnumber free cores: let a pusher run.
+            std::thread::yield_now();
+        }
+    }
+
+    /// A worker found nothing: spins (if no other worker is spinning),
+    /// then parks until work is published. Returns `false` when stopping.
+    fn idle(&self) -> bool {
+        if self.sleep.try_start_spinning() {
+            let found = self.spin_for_work();
+            self.sleep.stop_spinning();
+            if found {
+                // Publishers skip the wake-up while a worker spins, so the
+                // spinner may be the only one told about several
+                // operations: it hands the watch on to a sleeper (as tokio's
+                // last searching worker does) before taking one.
+                self.wake_one();
+                return true;
+            }
+        }
+        if self.stop.load(Ordering::Acquire) {
+            return false;
+        }
+        if self.sleep.park(|| self.has_work() || self.stop.load(Ordering::SeqCst)) {
+            self.counters.parks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        true
+    }
+
+    fn work(&self, core: &Core, id: usize, deque: Worker<u32>) {
+        // User panics are caught around each body; one escaping to here is
+        // an engine bug. Abort loudly rather than hang every waiter.
+        struct AbortOnUnwind;
+        impl Drop for AbortOnUnwind {
+            fn drop(&mut self) {
+                if std::thread::panicking() {
+                    eprintln!("depengine: internal error in a worker thread; aborting");
+                    std::process::abort();
+                }
+            }
+        }
+        let _guard = AbortOnUnwind;
+        if let Some(cpu) = self.pinned[id] {
+            // A CPU that disappeared from the affinity mask only costs the pinning.
+            core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
+        }
+        let local = Local { shared: self, id, deque };
+        LOCAL.with(|l| l.set(&local));
+        core.enter_worker();
+        core.profiler.bind_worker(id);
+        let node = self.node_of[id];
+        let mut ran = 0u64;
+        loop {
+            if let Some(op) = self.find_work(node, Some(&local)) {
+                core.run(op, Some(id));
+                ran += 1;
+                if ran % READY_SAMPLE == 0 {
+                    self.counters.ready_high_water.note(self.injectors[node].len() as u64);
+                }
+                continue;
+            }
+            core.flush_worker_batch();
+            if !self.idle() {
+                break;
+            }
+        }
+        core.leave_worker();
+        LOCAL.with(|l| l.set(std::ptr::null()));
+    }
+}
+
+impl Executor for PerDeviceExecutor {
+    fn start(&self, core: &Arc<Core>) {
+        // Start-up only: the mutexes guard the deques and join handles, not
+        // the hot path.
+        let deques = std::mem::take(&mut *self.deques.lock().expect("deque list poisoned"));
+        let mut threads = self.threads.lock().expect("thread list poisoned");
+        for (id, deque) in deques.into_iter().enumerate() {
+            let (core, shared) = (core.clone(), self.shared.clone());
+            let handle = std::thread::Builder::new()
+                .name(format!("depengine-cpu-{id}"))
+                .spawn(move || shared.work(&core, id, deque))
+                .expect("failed to spawn a depengine worker");
+            threads.push(handle);
+        }
+    }
+
+    fn schedule(&self, core: &Core, op: u32, prop: FnProperty) {
+        let shared = &*self.shared;
+        // SAFETY: a ready block belongs to whoever schedules it.
+        let opts = unsafe { core.oprs.get(op).meta() }.opts;
+        if prop == FnProperty::CpuPrioritized {
+            match shared.priority.push(op, opts.priority) {
+                Ok(()) => shared.wake_one(),
+                Err(op) => run_inline(core, op),
+            }
+            return;
+        }
+        let node = match self.local() {
+            Some(local) if local.deque.len() < LOCAL_CAPACITY => {
+                let had_work = !local.deque.is_empty();
+                local.deque.push(op);
+                let in_body = crate::core::CURRENT_OP.with(|c| std::ptr::eq(c.get().0, core));
+                if had_work || in_body {
+                    shared.wake_one();
+                }
+                return;
+            }
+            Some(local) => shared.node_of[local.id],
+            None => match opts.ctx {
+                Context::Cpu(node) if node != Context::ANY_NODE => node as usize % shared.injectors.len(),
+                _ => shared.home_node(),
+            },
+        };
+        match shared.injectors[node].push(op) {
+            Ok(()) => shared.wake_one(),
+            Err(op) => run_inline(core, op),
+        }
+    }
+
+    fn help(&self, core: &Core) -> bool {
+        if run_queued_one() {
+            return true;
+        }
+        let local = self.local();
+        let (node, worker) = match local {
+            Some(l) => (self.shared.node_of[l.id], Some(l.id)),
+            None => (self.shared.home_node(), None),
+        };
+        match self.shared.find_work(node, local) {
+            Some(op) => {
+                core.run(op, worker);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn runs_async_inline(&self) -> bool {
+        true
+    }
+
+    fn stop(&self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.sleep.notify_all();
+        let threads = std::mem::take(&mut *self.threads.lock().expect("thread list poisoned"));
+        for t in threads {
+            let _ = t.join();
+        }
+    }
+
+    fn cpu_workers(&self) -> usize {
+        self.shared.stealers.len()
+    }
+
+    fn worker_threads(&self) -> usize {
+        self.shared.stealers.len()
+    }
+
+    fn add_stats(&self, s: &mut EngineStats) {
+        self.shared.counters.add_into(s);
+        s.stolen += self.shared.stolen.load(std::sync::atomic::Ordering::Relaxed);
+    }
+}

@@ -10,6 +10,7 @@
 //!   --reps R                   timed repetitions after one warm-up (default: 5)
 //!   --threads T                CPU workers (default: cores)
 //!   --spin-us S                worker spin before parking (default: the engine's)
+//!   --no-pin                   per_device: do not pin workers to CPUs
 //!   --bulk B                   the pushing thread's bulk size (default: off)
 //!   --peer NAME=PATH           a peer binary from shared/peers/cxx (repeatable); it
 //!                              runs right after our engines on each row
@@ -50,6 +51,7 @@ struct Options {
     quick: bool,
     stats: bool,
     profile: Option<std::path::PathBuf>,
+    pin: bool,
 }
 
 fn usage(msg: &str) -> ! {
@@ -72,6 +74,7 @@ fn parse_args() -> Options {
         quick: false,
         stats: false,
         profile: None,
+        pin: true,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -88,6 +91,7 @@ fn parse_args() -> Options {
             "--threads" => o.threads = val().parse().unwrap_or_else(|_| usage("bad --threads")),
             "--spin-us" => o.spin_us = Some(val().parse().unwrap_or_else(|_| usage("bad --spin-us"))),
             "--stats" => o.stats = true,
+            "--no-pin" => o.pin = false,
             "--profile" => o.profile = Some(val().into()),
             "--bulk" => o.bulk = val().parse().unwrap_or_else(|_| usage("bad --bulk")),
             "--peer" => {
@@ -113,7 +117,7 @@ fn parse_args() -> Options {
 }
 
 fn build_engine(kind: EngineKind, row: &str, o: &Options) -> Engine {
-    let mut b = Engine::builder().kind(kind).cpu_workers(o.threads);
+    let mut b = Engine::builder().kind(kind).cpu_workers(o.threads).pin(o.pin);
     if let Some(us) = o.spin_us {
         b = b.spin(Duration::from_micros(us));
     }
@@ -326,6 +330,7 @@ fn main() {
         o.threads,
         o.reps
     );
+    println!("per_device topology: {}", depengine::Topology::detect());
     println!(
         "{:<12} {:<9} {:>6} {:>9} {:>10} {:>10} {:>10} {:>10} {:>8}",
         "engine", "workload", "W", "N", "ns/op|p50", "Mops/s|p99", "p99.9", "allocs/op", "RSS MB"

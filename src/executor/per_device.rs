@@ -6,10 +6,13 @@
 //!
 //! - `CpuPrioritized`: the priority pool (`priority.rs`), which every
 //!   worker serves before anything else.
-//! - Made ready on one of this engine's workers (a completion releasing the
-//!   next operation, a nested push): that worker's own deque, so a
-//!   dependency chain stays on one core with no cross-core hop. Up to
-//!   [`LOCAL_CAPACITY`] wait there; beyond, they go to the node's injector.
+//! - Made ready on one of this engine's workers by a completion: that
+//!   worker's successor slot if free (run next, and no thief can take it,
+//!   so a dependency chain stays on one core with no cross-core hop), else
+//!   its own deque. A nested push from a running body goes to the deque
+//!   (other workers may steal it while the body runs). Up to
+//!   [`LOCAL_CAPACITY`] wait in the deque; beyond, they go to the node's
+//!   injector.
 //! - Made ready anywhere else (a pusher, a completion signalled by another
 //!   thread): the injector of the node the operation's CPU context names,
 //!   else of the pushing thread's node.
@@ -53,6 +56,7 @@ use super::ready_ring::ReadyRing;
 use super::Executor;
 use crate::context::{Context, FnProperty};
 use crate::core::Core;
+use crate::pool::NIL;
 use crate::stats::{EngineStats, ExecutorCounters, READY_SAMPLE};
 use crate::sync::{spin_hint, AtomicBool, Ordering};
 use crate::topology::Topology;
@@ -94,6 +98,9 @@ struct Shared {
 struct Local {
     shared: *const Shared,
     id: usize,
+    /// The successor slot: the operation the worker's last completion made
+    /// ready, run next; thieves cannot take it (`NIL`: empty).
+    next: Cell<u32>,
     deque: Worker<u32>,
 }
 
@@ -207,8 +214,14 @@ impl Shared {
         if let Some(op) = self.priority.pop() {
             return Some(op);
         }
-        if let Some(op) = local.and_then(|l| l.deque.pop()) {
-            return Some(op);
+        if let Some(l) = local {
+            let next = l.next.replace(NIL);
+            if next != NIL {
+                return Some(next);
+            }
+            if let Some(op) = l.deque.pop() {
+                return Some(op);
+            }
         }
         if let Some(op) = self.injectors[node].pop() {
             return Some(op);
@@ -285,7 +298,7 @@ impl Shared {
             // A CPU that disappeared from the affinity mask only costs the pinning.
             core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
         }
-        let local = Local { shared: self, id, deque };
+        let local = Local { shared: self, id, next: Cell::new(NIL), deque };
         LOCAL.with(|l| l.set(&local));
         core.enter_worker();
         core.profiler.bind_worker(id);
@@ -339,9 +352,14 @@ impl Executor for PerDeviceExecutor {
         }
         let node = match self.local() {
             Some(local) if local.deque.len() < LOCAL_CAPACITY => {
+                let in_body = crate::core::CURRENT_OP.with(|c| std::ptr::eq(c.get().0, core));
+                if !in_body && local.next.get() == NIL {
+                    // Released by a completion: this worker runs it next.
+                    local.next.set(op);
+                    return;
+                }
                 let had_work = !local.deque.is_empty();
                 local.deque.push(op);
-                let in_body = crate::core::CURRENT_OP.with(|c| std::ptr::eq(c.get().0, core));
                 if had_work || in_body {
                     shared.wake_one();
                 }

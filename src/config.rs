@@ -5,6 +5,7 @@
 //! | `DEPENGINE_ENGINE_TYPE` | [`EngineBuilder::kind`] | `pooled` |
 //! | `DEPENGINE_CPU_WORKERS` | [`EngineBuilder::cpu_workers`] | cores this process may use |
 //! | `DEPENGINE_PIN` | [`EngineBuilder::pin`] | `1` (per_device) |
+//! | `DEPENGINE_PRIORITY_WORKERS` | [`EngineBuilder::priority_workers`] | 0 (per_device) |
 //! | `DEPENGINE_COPY_WORKERS` | [`EngineBuilder::copy_workers`] | 1 |
 //! | `DEPENGINE_SPIN_US` | [`EngineBuilder::spin`] | 50 µs |
 //! | `DEPENGINE_CANCEL_ON_DROP` | [`EngineBuilder::cancel_on_drop`] | `0` |
@@ -75,6 +76,7 @@ pub struct EngineBuilder {
     pub(crate) copy_workers: usize,
     pub(crate) spin: Duration,
     pub(crate) pin: bool,
+    pub(crate) priority_workers: usize,
     pub(crate) cancel_on_drop: bool,
     pub(crate) max_pending: u64,
     pub(crate) shuffle_seed: Option<u64>,
@@ -103,6 +105,7 @@ impl Default for EngineBuilder {
             copy_workers: 1,
             spin: Duration::from_micros(50),
             pin: true,
+            priority_workers: 0,
             cancel_on_drop: false,
             max_pending: 1 << 16,
             shuffle_seed: None,
@@ -147,6 +150,9 @@ impl EngineBuilder {
         }
         if let Some(p) = env_parse::<u8>("DEPENGINE_PIN")? {
             b.pin = p != 0;
+        }
+        if let Some(n) = env_parse("DEPENGINE_PRIORITY_WORKERS")? {
+            b.priority_workers = n;
         }
         if let Some(c) = env_parse::<u8>("DEPENGINE_CANCEL_ON_DROP")? {
             b.cancel_on_drop = c != 0;
@@ -201,6 +207,15 @@ impl EngineBuilder {
     /// programs).
     pub fn pin(mut self, pin: bool) -> Self {
         self.pin = pin;
+        self
+    }
+
+    /// Threads of the per_device engine that serve only `CpuPrioritized`
+    /// operations, in addition to the CPU workers (which serve them first
+    /// too). Default 0; one or more keep prioritized work moving while
+    /// every CPU worker is inside a long body.
+    pub fn priority_workers(mut self, n: usize) -> Self {
+        self.priority_workers = n;
         self
     }
 

@@ -87,7 +87,7 @@ impl Engine {
             (None, EngineKind::PerDevice) => {
                 let topology = Topology::detect();
                 let workers = b.cpu_workers.unwrap_or(topology.cpus.len());
-                let executor = PerDeviceExecutor::new(topology.clone(), workers, b.pin, b.spin);
+                let executor = PerDeviceExecutor::new(topology.clone(), workers, b.priority_workers, b.pin, b.spin);
                 placement = Some((topology, executor.pinned()));
                 Box::new(executor)
             }

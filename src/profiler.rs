@@ -440,12 +440,9 @@ impl crate::core::Core {
 
     /// The name of profiler lane `lane` (as traces and hang reports show it).
     pub(crate) fn lane_name(&self, lane: usize) -> String {
-        let cpu = self.executor.cpu_workers();
-        let threads = self.executor.worker_threads();
-        match lane {
-            l if l < cpu => format!("cpu worker {l}"),
-            l if l < threads => format!("copy worker {}", l - cpu),
-            l => format!("other threads {} (push, wait, complete)", l - threads),
+        match lane.checked_sub(self.executor.worker_threads()) {
+            None => self.executor.worker_name(lane),
+            Some(other) => format!("other threads {other} (push, wait, complete)"),
         }
     }
 

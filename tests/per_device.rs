@@ -212,3 +212,32 @@ fn a_ready_async_operation_runs_inside_its_push() {
     engine.delete_var(w, move || d.store(true, Ordering::SeqCst)).unwrap();
     assert!(deleted.load(Ordering::SeqCst), "the deletion ran inside delete_var");
 }
+
+#[test]
+fn priority_workers_run_prioritized_work_while_every_cpu_worker_is_busy() {
+    let engine = Engine::builder().kind(EngineKind::PerDevice).cpu_workers(1).priority_workers(1).build().unwrap();
+    assert_eq!(engine.stats().per_worker.len(), 2, "one CPU worker and one priority worker");
+    let gate = Arc::new(AtomicBool::new(false));
+    let inside = Arc::new(AtomicBool::new(false));
+    let (block, i) = (blocker(&gate), inside.clone());
+    engine
+        .push_sync(
+            move |ctx| {
+                i.store(true, Ordering::Release);
+                block(ctx)
+            },
+            &[],
+            &[],
+        )
+        .unwrap();
+    assert!(eventually(Duration::from_secs(10), || inside.load(Ordering::Acquire)));
+    let ran_on = Arc::new(Mutex::new(None));
+    let r = ran_on.clone();
+    let opts = PushOpts::new().prop(FnProperty::CpuPrioritized).priority(1);
+    engine.push_sync_with(move |ctx| *r.lock().unwrap() = Some(ctx.worker()), &[], &[], opts).unwrap();
+    let ran = eventually(Duration::from_secs(20), || ran_on.lock().unwrap().is_some());
+    gate.store(true, Ordering::Release);
+    engine.wait_all().unwrap();
+    assert!(ran, "the prioritized operation waited for the busy CPU worker");
+    assert_eq!(*ran_on.lock().unwrap(), Some(Some(1)), "it ran on the priority worker (id 1)");
+}

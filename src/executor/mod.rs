@@ -61,6 +61,12 @@ pub(crate) trait Executor: Send + Sync {
         0
     }
 
+    /// The name of worker `id` (below [`worker_threads`](Self::worker_threads)),
+    /// for profiles and hang reports.
+    fn worker_name(&self, id: usize) -> String {
+        format!("worker {id}")
+    }
+
     /// Adds the executor's own counters (parks, wake-ups, queue depth).
     fn add_stats(&self, _stats: &mut EngineStats) {}
 

@@ -87,6 +87,10 @@ struct Shared {
     injectors: Box<[ReadyRing]>,
     priority: PriorityPool,
     sleep: Sleep,
+    /// Dedicated priority workers (ids after the CPU workers) and their
+    /// own rendezvous: they take only prioritized work.
+    priority_workers: usize,
+    priority_sleep: Sleep,
     stop: AtomicBool,
     spin: Duration,
     counters: ExecutorCounters,
@@ -121,8 +125,10 @@ pub(crate) struct PerDeviceExecutor {
 
 impl PerDeviceExecutor {
     /// `workers` CPU workers over `topology` (worker `i` on CPU `i mod
-    /// cpus`), pinned if `pin`; idle workers spin for `spin` before parking.
-    pub(crate) fn new(topology: Topology, workers: usize, pin: bool, spin: Duration) -> Self {
+    /// cpus`), pinned if `pin`, plus `priority_workers` unpinned threads
+    /// that serve only the priority pool; idle workers spin for `spin`
+    /// before parking.
+    pub(crate) fn new(topology: Topology, workers: usize, priority_workers: usize, pin: bool, spin: Duration) -> Self {
         let deques: Vec<Worker<u32>> = (0..workers).map(|_| Worker::new_lifo()).collect();
         let cpu = |i: usize| topology.cpus[i % topology.cpus.len()];
         let shared = Shared {
@@ -132,6 +138,8 @@ impl PerDeviceExecutor {
             injectors: (0..topology.nodes).map(|_| ReadyRing::new(INJECTOR_CAPACITY)).collect(),
             priority: PriorityPool::default(),
             sleep: Sleep::default(),
+            priority_workers,
+            priority_sleep: Sleep::default(),
             stop: AtomicBool::new(false),
             spin,
             counters: ExecutorCounters::default(),
@@ -321,6 +329,27 @@ impl Shared {
         core.leave_worker();
         LOCAL.with(|l| l.set(std::ptr::null()));
     }
+
+    /// A dedicated priority worker: prioritized operations only.
+    fn serve_priority(&self, core: &Core, id: usize) {
+        core.enter_worker();
+        core.profiler.bind_worker(id);
+        loop {
+            if let Some(op) = self.priority.pop() {
+                core.run(op, Some(id));
+                continue;
+            }
+            core.flush_worker_batch();
+            if self.stop.load(Ordering::Acquire) {
+                break;
+            }
+            let has_work = || self.priority.may_have_work() || self.stop.load(Ordering::SeqCst);
+            if self.priority_sleep.park(has_work) {
+                self.counters.parks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+        core.leave_worker();
+    }
 }
 
 impl Executor for PerDeviceExecutor {
@@ -329,11 +358,20 @@ impl Executor for PerDeviceExecutor {
         // the hot path.
         let deques = std::mem::take(&mut *self.deques.lock().expect("deque list poisoned"));
         let mut threads = self.threads.lock().expect("thread list poisoned");
+        let cpu = deques.len();
         for (id, deque) in deques.into_iter().enumerate() {
             let (core, shared) = (core.clone(), self.shared.clone());
             let handle = std::thread::Builder::new()
                 .name(format!("depengine-cpu-{id}"))
                 .spawn(move || shared.work(&core, id, deque))
+                .expect("failed to spawn a depengine worker");
+            threads.push(handle);
+        }
+        for i in 0..self.shared.priority_workers {
+            let (core, shared) = (core.clone(), self.shared.clone());
+            let handle = std::thread::Builder::new()
+                .name(format!("depengine-prio-{i}"))
+                .spawn(move || shared.serve_priority(&core, cpu + i))
                 .expect("failed to spawn a depengine worker");
             threads.push(handle);
         }
@@ -345,7 +383,12 @@ impl Executor for PerDeviceExecutor {
         let opts = unsafe { core.oprs.get(op).meta() }.opts;
         if prop == FnProperty::CpuPrioritized {
             match shared.priority.push(op, opts.priority) {
-                Ok(()) => shared.wake_one(),
+                Ok(()) => {
+                    if shared.priority_workers > 0 {
+                        shared.priority_sleep.notify_one();
+                    }
+                    shared.wake_one();
+                }
                 Err(op) => run_inline(core, op),
             }
             return;
@@ -402,6 +445,7 @@ impl Executor for PerDeviceExecutor {
     fn stop(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.sleep.notify_all();
+        self.shared.priority_sleep.notify_all();
         let threads = std::mem::take(&mut *self.threads.lock().expect("thread list poisoned"));
         for t in threads {
             let _ = t.join();
@@ -413,7 +457,14 @@ impl Executor for PerDeviceExecutor {
     }
 
     fn worker_threads(&self) -> usize {
-        self.shared.stealers.len()
+        self.shared.stealers.len() + self.shared.priority_workers
+    }
+
+    fn worker_name(&self, id: usize) -> String {
+        match id.checked_sub(self.shared.stealers.len()) {
+            None => format!("cpu worker {id}"),
+            Some(p) => format!("priority worker {p}"),
+        }
     }
 
     fn add_stats(&self, s: &mut EngineStats) {

@@ -267,6 +267,13 @@ impl Executor for PooledExecutor {
         self.normal.workers + self.copy.workers
     }
 
+    fn worker_name(&self, id: usize) -> String {
+        match id.checked_sub(self.normal.workers) {
+            None => format!("cpu worker {id}"),
+            Some(c) => format!("copy worker {c}"),
+        }
+    }
+
     fn add_stats(&self, s: &mut EngineStats) {
         self.normal.counters.add_into(s);
         self.copy.counters.add_into(s);

@@ -178,4 +178,8 @@ impl Executor for ShuffleExecutor {
     fn worker_threads(&self) -> usize {
         self.workers
     }
+
+    fn worker_name(&self, id: usize) -> String {
+        format!("shuffle worker {id}")
+    }
 }

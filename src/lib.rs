@@ -95,6 +95,9 @@
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
+#[cfg(feature = "bench-internals")]
+#[doc(hidden)]
+pub mod bench_parts;
 mod bulk;
 mod completion;
 pub mod config;

@@ -1,0 +1,11 @@
+//! `cargo bench -p depengine --features bench-internals --bench inline_fn`
+//! (see `src/bench_parts.rs`).
+
+use criterion::{criterion_group, criterion_main};
+
+criterion_group! {
+    name = benches;
+    config = depengine::bench_parts::config();
+    targets = depengine::bench_parts::inline_fn
+}
+criterion_main!(benches);

@@ -1,0 +1,11 @@
+//! `cargo bench -p depengine --features bench-internals --bench var_queue`
+//! (see `src/bench_parts.rs`).
+
+use criterion::{criterion_group, criterion_main};
+
+criterion_group! {
+    name = benches;
+    config = depengine::bench_parts::config();
+    targets = depengine::bench_parts::var_queue
+}
+criterion_main!(benches);

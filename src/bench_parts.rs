@@ -1,0 +1,208 @@
+//! Criterion benchmarks of the engine's parts (feature `bench-internals`),
+//! called from `benches/*.rs`. They live inside the crate because the parts
+//! are private; each function registers one family of benchmarks.
+//!
+//! Run: `cargo bench -p depengine --features bench-internals` (the whole
+//! suite takes a few minutes; add `-- --quick` for a smoke run).
+
+use crate::context::{Context, RunContext};
+use crate::executor::park::Sleep;
+use crate::executor::ready_ring::ReadyRing;
+use crate::inline_fn::InlineFn;
+use crate::pool::Pool;
+use crate::var_queue::{VarBlock, VarQueue};
+use criterion::{BenchmarkId, Criterion};
+use std::hint::black_box;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+
+/// The variable queue's four transitions, one thread (the uncontended
+/// floor): a write appended to an idle queue (granted at once) and
+/// completed with nobody waiting; a write appended behind it (queued) and
+/// granted by that completion; reads joining reads; a read completing and
+/// granting a queued write.
+pub fn var_queue(c: &mut Criterion) {
+    let blocks: Pool<VarBlock> = Pool::new();
+    let q = VarQueue::default();
+    // SAFETY (all blocks below): one thread plays appender and granter, in
+    // the order the queue's contract allows; the queue was reset first.
+    unsafe { q.reset(&blocks) };
+    let mut g = c.benchmark_group("var_queue");
+    g.bench_function("append write (granted) + complete write (grants none)", |b| {
+        b.iter(|| unsafe {
+            assert!(q.append(&blocks, 1, true));
+            black_box(q.complete_write(&blocks).count());
+        })
+    });
+    g.bench_function("append write (queued) + complete write (grants it)", |b| {
+        unsafe { assert!(q.append(&blocks, 1, true)) };
+        b.iter(|| unsafe {
+            assert!(!q.append(&blocks, 2, true));
+            assert_eq!(q.complete_write(&blocks).count(), 1);
+        });
+        unsafe { black_box(q.complete_write(&blocks).count()) };
+    });
+    g.bench_function("append read (joins reads) + complete read", |b| {
+        unsafe { assert!(q.append(&blocks, 1, false)) };
+        b.iter(|| unsafe {
+            assert!(q.append(&blocks, 2, false));
+            black_box(q.complete_read(&blocks).count());
+        });
+        unsafe { black_box(q.complete_read(&blocks).count()) };
+    });
+    g.bench_function("append read + write (queued) + complete read (grants the write) + complete write", |b| {
+        b.iter(|| unsafe {
+            assert!(q.append(&blocks, 1, false));
+            assert!(!q.append(&blocks, 2, true));
+            assert_eq!(q.complete_read(&blocks).count(), 1);
+            black_box(q.complete_write(&blocks).count());
+        })
+    });
+    g.finish();
+}
+
+/// Pool take and give back: on one thread, and taken on one thread while
+/// another gives back (each index crosses cores twice).
+pub fn pool(c: &mut Criterion) {
+    let mut g = c.benchmark_group("pool");
+    let pool: Pool<u64> = Pool::new();
+    g.bench_function("take + give, same thread", |b| {
+        b.iter(|| {
+            let i = pool.take();
+            pool.give(black_box(i));
+        })
+    });
+    let pool = Arc::new(pool);
+    let ring = Arc::new(ReadyRing::new(1024));
+    let stop = Arc::new(AtomicBool::new(false));
+    let giver = {
+        let (pool, ring, stop) = (pool.clone(), ring.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                match ring.pop() {
+                    Some(i) => pool.give(i),
+                    None => std::hint::spin_loop(),
+                }
+            }
+        })
+    };
+    g.bench_function("take here, give on another thread", |b| {
+        b.iter(|| {
+            let mut i = pool.take();
+            while let Err(back) = ring.push(i) {
+                i = back;
+                std::hint::spin_loop();
+            }
+        })
+    });
+    stop.store(true, Ordering::Relaxed);
+    giver.join().unwrap();
+    g.finish();
+}
+
+/// Storing a closure inline in an operation block and calling it.
+pub fn inline_fn(c: &mut Criterion) {
+    let ctx = RunContext { ctx: Context::cpu(), worker: None, ticket: 0, priority: 0 };
+    let mut g = c.benchmark_group("inline_fn");
+    for captured in [8usize, 48] {
+        g.bench_with_input(BenchmarkId::new("store + invoke, captured bytes", captured), &captured, |b, &n| {
+            let bytes = [7u8; 48];
+            b.iter(|| {
+                let data = bytes;
+                let mut f = InlineFn::new_sync(move |_: &RunContext| {
+                    black_box(data[..n].len());
+                });
+                black_box(f.invoke(&ctx, None)).ok();
+            })
+        });
+    }
+    g.finish();
+}
+
+/// The per_device engine's queues: its work-stealing deque (crossbeam) and
+/// the bounded ready ring used as injector (and by the pooled engine).
+pub fn queues(c: &mut Criterion) {
+    let mut g = c.benchmark_group("queues");
+    let deque = crossbeam_deque::Worker::<u32>::new_lifo();
+    let stealer = deque.stealer();
+    g.bench_function("deque push + pop (owner)", |b| {
+        b.iter(|| {
+            deque.push(black_box(1));
+            black_box(deque.pop());
+        })
+    });
+    g.bench_function("deque push + steal", |b| {
+        b.iter(|| {
+            deque.push(black_box(1));
+            black_box(stealer.steal().success());
+        })
+    });
+    let ring = ReadyRing::new(1024);
+    g.bench_function("ready ring push + pop", |b| {
+        b.iter(|| {
+            ring.push(black_box(1)).unwrap();
+            black_box(ring.pop());
+        })
+    });
+    g.finish();
+}
+
+/// A parked thread woken and answering: the futex round trip a parked
+/// worker costs (`park.rs`).
+pub fn park_wake(c: &mut Criterion) {
+    let sleep = Arc::new(Sleep::default());
+    let flag = Arc::new(AtomicU32::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let sleeper = {
+        let (sleep, flag, stop) = (sleep.clone(), flag.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                if flag.load(Ordering::SeqCst) == 1 {
+                    flag.store(2, Ordering::SeqCst);
+                } else {
+                    sleep.park(|| flag.load(Ordering::SeqCst) == 1 || stop.load(Ordering::SeqCst));
+                }
+            }
+        })
+    };
+    c.bench_function("park/wake round trip", |b| {
+        b.iter(|| {
+            flag.store(1, Ordering::SeqCst);
+            sleep.notify_one();
+            while flag.load(Ordering::SeqCst) != 2 {
+                std::hint::spin_loop();
+            }
+            flag.store(0, Ordering::SeqCst);
+        })
+    });
+    stop.store(true, Ordering::SeqCst);
+    sleep.notify_all();
+    sleeper.join().unwrap();
+}
+
+/// A push → run → complete round trip on each engine, from the pushing
+/// thread's point of view: push a write of one variable and wait for it.
+pub fn round_trip(c: &mut Criterion) {
+    let mut g = c.benchmark_group("push + wait_var round trip");
+    for kind in crate::EngineKind::ALL {
+        let engine = crate::Engine::builder().kind(kind).build().expect("engine");
+        let v = engine.new_var();
+        g.bench_function(kind.name(), |b| {
+            b.iter(|| {
+                engine.push_sync(|_| {}, &[], &[v]).unwrap();
+                engine.wait_var(v).unwrap();
+            })
+        });
+    }
+    g.finish();
+}
+
+/// The settings that keep the whole suite within a few minutes on a
+/// 2-core machine (`shared/TOOLCHAIN.md`).
+pub fn config() -> Criterion {
+    Criterion::default()
+        .sample_size(10)
+        .warm_up_time(std::time::Duration::from_millis(500))
+        .measurement_time(std::time::Duration::from_secs(1))
+        .without_plots()
+}

@@ -15,6 +15,7 @@
 //!   --peer NAME=PATH           a peer binary from shared/peers/cxx (repeatable); it
 //!                              runs right after our engines on each row
 //!   --json PATH                also write the results as JSON
+//!   --svg PATH                 also draw them as an SVG bar chart (log scale)
 //!   --quick                    N/100 and 2 repetitions (a smoke run)
 //!   --profile DIR              profile each of our engines' rows: a Chrome trace
 //!                              DIR/<engine>-<workload>-w<W>.json and its summary
@@ -24,6 +25,7 @@
 //!                              under its row, summed over all repetitions
 //! ```
 
+mod chart;
 mod measure;
 mod workloads;
 
@@ -48,6 +50,7 @@ struct Options {
     bulk: usize,
     peers: Vec<(String, String)>,
     json: Option<String>,
+    svg: Option<String>,
     quick: bool,
     stats: bool,
     profile: Option<std::path::PathBuf>,
@@ -71,6 +74,7 @@ fn parse_args() -> Options {
         bulk: 0,
         peers: Vec::new(),
         json: None,
+        svg: None,
         quick: false,
         stats: false,
         profile: None,
@@ -91,6 +95,7 @@ fn parse_args() -> Options {
             "--threads" => o.threads = val().parse().unwrap_or_else(|_| usage("bad --threads")),
             "--spin-us" => o.spin_us = Some(val().parse().unwrap_or_else(|_| usage("bad --spin-us"))),
             "--stats" => o.stats = true,
+            "--svg" => o.svg = Some(val()),
             "--no-pin" => o.pin = false,
             "--profile" => o.profile = Some(val().into()),
             "--bulk" => o.bulk = val().parse().unwrap_or_else(|_| usage("bad --bulk")),
@@ -256,6 +261,15 @@ fn fmt_opt(v: Option<f64>, prec: usize) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v:.prec$}"))
 }
 
+/// On a terminal, says on standard error which row is being measured (the
+/// next printed row overwrites it).
+fn progress(what: &str) {
+    use std::io::IsTerminal;
+    if std::io::stderr().is_terminal() {
+        eprint!("\r\x1b[2K… measuring {what}\r");
+    }
+}
+
 fn print_row(r: &Row) {
     match r.pingpong {
         Some([p50, p99, p999]) => println!(
@@ -339,6 +353,7 @@ fn main() {
     for wl_name in &o.workloads {
         if wl_name == "pingpong" {
             for &kind in &o.engines {
+                progress(&format!("{} pingpong", kind.name()));
                 let r = pingpong(kind, &o);
                 print_row(&r);
                 rows.push(r);
@@ -356,6 +371,7 @@ fn main() {
             let n = o.n.unwrap_or(if o.quick { default_n / 100 } else { default_n });
             let wl = Workload::build(wl_name, n).expect("workload");
             for &kind in &o.engines {
+                progress(&format!("{} {wl_name} W={w} N={n}", kind.name()));
                 let r = throughput(kind, &wl, w, &o);
                 print_row(&r);
                 rows.push(r);
@@ -371,5 +387,18 @@ fn main() {
     if let Some(path) = &o.json {
         std::fs::write(path, json(&rows, &o)).unwrap_or_else(|e| eprintln!("cannot write {path}: {e}"));
         println!("results written to {path}");
+    }
+    if let Some(path) = &o.svg {
+        let bars: Vec<chart::Bar> = rows
+            .iter()
+            .map(|r| chart::Bar {
+                engine: &r.engine,
+                group: if r.pingpong.is_some() { "pingpong p50".into() } else { format!("{} W={}", r.workload, r.w) },
+                ns: r.ns_per_op,
+            })
+            .collect();
+        let title = format!("depengine-perf — {}, {} workers, median of {}", machine(), o.threads, o.reps);
+        std::fs::write(path, chart::svg(&title, &bars)).unwrap_or_else(|e| eprintln!("cannot write {path}: {e}"));
+        println!("chart written to {path}");
     }
 }

@@ -13,7 +13,11 @@
 //!   --no-pin                   per_device: do not pin workers to CPUs
 //!   --bulk B                   the pushing thread's bulk size (default: off)
 //!   --peer NAME=PATH           a peer binary from shared/peers/cxx (repeatable); it
-//!                              runs right after our engines on each row
+//!                              runs right after our engines on each row, and its
+//!                              ratio to each engine is printed under the row
+//!   --pairs K                  run each row K times, engines and peers in turn
+//!                              (A B A B …): rows are medians over the rounds and
+//!                              ratios are taken pair by pair (default: 1)
 //!   --json PATH                also write the results as JSON
 //!   --svg PATH                 also draw them as an SVG bar chart (log scale)
 //!   --quick                    N/100 and 2 repetitions (a smoke run)
@@ -51,6 +55,7 @@ struct Options {
     peers: Vec<(String, String)>,
     json: Option<String>,
     svg: Option<String>,
+    pairs: usize,
     quick: bool,
     stats: bool,
     profile: Option<std::path::PathBuf>,
@@ -75,6 +80,7 @@ fn parse_args() -> Options {
         peers: Vec::new(),
         json: None,
         svg: None,
+        pairs: 1,
         quick: false,
         stats: false,
         profile: None,
@@ -96,6 +102,7 @@ fn parse_args() -> Options {
             "--spin-us" => o.spin_us = Some(val().parse().unwrap_or_else(|_| usage("bad --spin-us"))),
             "--stats" => o.stats = true,
             "--svg" => o.svg = Some(val()),
+            "--pairs" => o.pairs = val().parse().ok().filter(|&k| k > 0).unwrap_or_else(|| usage("bad --pairs")),
             "--no-pin" => o.pin = false,
             "--profile" => o.profile = Some(val().into()),
             "--bulk" => o.bulk = val().parse().unwrap_or_else(|_| usage("bad --bulk")),
@@ -134,6 +141,7 @@ fn build_engine(kind: EngineKind, row: &str, o: &Options) -> Engine {
 }
 
 /// One row of the table.
+#[derive(Clone)]
 struct Row {
     engine: String,
     workload: String,
@@ -261,6 +269,69 @@ fn fmt_opt(v: Option<f64>, prec: usize) -> String {
     v.map_or_else(|| "-".into(), |v| format!("{v:.prec$}"))
 }
 
+/// One row of the table (a workload at one W; `wl` is `None` for
+/// pingpong): every engine, then every peer, `--pairs` times in turn
+/// (A B A B …), so that each peer's ratio to each engine is taken pair by
+/// pair while the machine's speed drifts. Prints and returns one row per
+/// engine and peer (the median over the rounds) and the ratios.
+fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workload>) -> Vec<Row> {
+    let mut rounds: Vec<Vec<Row>> = Vec::new();
+    for round in 0..o.pairs {
+        let mut this = Vec::new();
+        for &kind in &o.engines {
+            let pass = if o.pairs > 1 { format!(" (round {}/{})", round + 1, o.pairs) } else { String::new() };
+            progress(&format!("{} {wl_name} W={w} N={n}{pass}", kind.name()));
+            this.push(match wl {
+                Some(wl) => throughput(kind, wl, w, o),
+                None => pingpong(kind, o),
+            });
+        }
+        for (name, path) in &o.peers {
+            if let Some(r) = peer(name, path, wl_name, w, n, o) {
+                this.push(r);
+            }
+        }
+        rounds.push(this);
+    }
+    let names: Vec<String> = rounds[0].iter().map(|r| r.engine.clone()).collect();
+    let ns_of = |name: &str| -> Vec<f64> {
+        rounds.iter().filter_map(|rs| rs.iter().find(|r| r.engine == name)).map(|r| r.ns_per_op).collect()
+    };
+    let mut out = Vec::new();
+    for name in &names {
+        let mut ns = ns_of(name);
+        let mut row = rounds[0].iter().find(|r| &r.engine == name).cloned().expect("row");
+        row.ns_per_op = median(&mut ns);
+        if let Some(p) = row.pingpong.as_mut() {
+            for (k, v) in p.iter_mut().enumerate() {
+                let mut all: Vec<f64> = rounds
+                    .iter()
+                    .filter_map(|rs| rs.iter().find(|r| &r.engine == name)?.pingpong)
+                    .map(|p| p[k])
+                    .collect();
+                *v = median(&mut all);
+            }
+        }
+        print_row(&row);
+        out.push(row);
+    }
+    // Each peer against each of our engines, round by round.
+    for (peer_name, _) in &o.peers {
+        let peer_ns = ns_of(peer_name);
+        for kind in &o.engines {
+            let ours = ns_of(kind.name());
+            let mut ratios: Vec<f64> = peer_ns.iter().zip(&ours).map(|(p, e)| p / e).collect();
+            if ratios.is_empty() || ratios.iter().any(|r| !r.is_finite()) {
+                continue;
+            }
+            let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+            let m = median(&mut ratios);
+            println!("    {peer_name} ÷ {}: {m:.2}× (pairs: {})", kind.name(), each.join(" "));
+        }
+    }
+    out
+}
+
 /// On a terminal, says on standard error which row is being measured (the
 /// next printed row overwrites it).
 fn progress(what: &str) {
@@ -352,36 +423,15 @@ fn main() {
     let mut rows = Vec::new();
     for wl_name in &o.workloads {
         if wl_name == "pingpong" {
-            for &kind in &o.engines {
-                progress(&format!("{} pingpong", kind.name()));
-                let r = pingpong(kind, &o);
-                print_row(&r);
-                rows.push(r);
-            }
-            for (name, path) in &o.peers {
-                if let Some(r) = peer(name, path, "pingpong", 0, if o.quick { 2_000 } else { 100_000 }, &o) {
-                    print_row(&r);
-                    rows.push(r);
-                }
-            }
+            let n = if o.quick { 2_000 } else { 100_000 };
+            rows.extend(measure_row(&o, wl_name, 0, n, None));
             continue;
         }
         for &w in &o.weights {
             let default_n = if w == 0 { 1_000_000 } else { 100_000 };
             let n = o.n.unwrap_or(if o.quick { default_n / 100 } else { default_n });
             let wl = Workload::build(wl_name, n).expect("workload");
-            for &kind in &o.engines {
-                progress(&format!("{} {wl_name} W={w} N={n}", kind.name()));
-                let r = throughput(kind, &wl, w, &o);
-                print_row(&r);
-                rows.push(r);
-            }
-            for (name, path) in &o.peers {
-                if let Some(r) = peer(name, path, wl_name, w, n, &o) {
-                    print_row(&r);
-                    rows.push(r);
-                }
-            }
+            rows.extend(measure_row(&o, wl_name, w, n, Some(&wl)));
         }
     }
     if let Some(path) = &o.json {

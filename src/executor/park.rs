@@ -8,6 +8,9 @@ pub(crate) struct Sleep {
     epoch: CachePadded<AtomicU32>,
     sleepers: CachePadded<AtomicU32>,
     spinning: CachePadded<AtomicU32>,
+    /// 1 while a wake-up is in flight: later producers skip theirs until a
+    /// parking or woken worker clears it.
+    waking: CachePadded<AtomicU32>,
 }
 
 impl Default for Sleep {
@@ -16,6 +19,7 @@ impl Default for Sleep {
             epoch: CachePadded::new(AtomicU32::new(0)),
             sleepers: CachePadded::new(AtomicU32::new(0)),
             spinning: CachePadded::new(AtomicU32::new(0)),
+            waking: CachePadded::new(AtomicU32::new(0)),
         }
     }
 }
@@ -38,6 +42,10 @@ impl Sleep {
     pub(crate) fn park(&self, has_work: impl Fn() -> bool) -> bool {
         let epoch = self.epoch.load(Ordering::Acquire);
         self.sleepers.fetch_add(1, Ordering::SeqCst);
+        // A wake-up token left by a producer that found nobody to wake
+        // must not outlive this announcement, or the next producer would
+        // skip waking us.
+        self.end_wake_up();
         // With `notify_one`'s fence: either the notifier sees us in
         // `sleepers` (or no longer spinning) or we see its work.
         loom_sc_fence();
@@ -46,20 +54,36 @@ impl Sleep {
             futex_wait(&self.epoch, epoch);
         }
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
+        // Awake: the next producer may wake another worker.
+        self.end_wake_up();
         sleep
     }
 
-    /// Work was published: wakes one parked worker unless one is spinning.
-    /// Returns whether it issued a wake-up.
+    /// Work was published: wakes one parked worker unless one is spinning
+    /// or a wake-up is already in flight (the woken worker will find this
+    /// work too, and wakes another if more is left). Returns whether it
+    /// issued a wake-up.
     #[inline]
     pub(crate) fn notify_one(&self) -> bool {
         fence(Ordering::SeqCst);
-        if self.spinning.load(Ordering::Relaxed) == 0 && self.sleepers.load(Ordering::Relaxed) > 0 {
+        if self.spinning.load(Ordering::Relaxed) == 0
+            && self.sleepers.load(Ordering::Relaxed) > 0
+            && self.waking.load(Ordering::Relaxed) == 0
+            && self.waking.swap(1, Ordering::SeqCst) == 0
+        {
             self.epoch.fetch_add(1, Ordering::Release);
             futex_wake_one(&self.epoch);
             return true;
         }
         false
+    }
+
+    /// Clears the wake-up token (see `notify_one`).
+    #[inline]
+    fn end_wake_up(&self) {
+        if self.waking.load(Ordering::SeqCst) != 0 {
+            self.waking.store(0, Ordering::SeqCst);
+        }
     }
 
     /// Wakes every parked worker (shutdown).

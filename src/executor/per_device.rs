@@ -285,6 +285,11 @@ impl Shared {
         }
         if self.sleep.park(|| self.has_work() || self.stop.load(Ordering::SeqCst)) {
             self.counters.parks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // Producers skipped their wake-ups while ours was in flight:
+            // pass one on if work is queued.
+            if self.has_work() {
+                self.wake_one();
+            }
         }
         true
     }

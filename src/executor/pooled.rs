@@ -143,6 +143,11 @@ impl WorkerPool {
         }
         if self.sleep.park(|| !self.ring.is_empty() || self.stop.load(Ordering::SeqCst)) {
             self.counters.parks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // Producers skipped their wake-ups while ours was in flight:
+            // if more is queued than this worker will take, pass one on.
+            if self.ring.len() > 1 {
+                self.wake_one();
+            }
         }
         true
     }

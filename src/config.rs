@@ -2,7 +2,7 @@
 //!
 //! | variable | builder method | default |
 //! |---|---|---|
-//! | `DEPENGINE_ENGINE_TYPE` | [`EngineBuilder::kind`] | `pooled` |
+//! | `DEPENGINE_ENGINE_TYPE` | [`EngineBuilder::kind`] | `per_device` |
 //! | `DEPENGINE_CPU_WORKERS` | [`EngineBuilder::cpu_workers`] | cores this process may use |
 //! | `DEPENGINE_PIN` | [`EngineBuilder::pin`] | `1` (per_device) |
 //! | `DEPENGINE_PRIORITY_WORKERS` | [`EngineBuilder::priority_workers`] | 0 (per_device) |
@@ -100,7 +100,7 @@ impl std::fmt::Debug for OnHang {
 impl Default for EngineBuilder {
     fn default() -> Self {
         EngineBuilder {
-            kind: EngineKind::Pooled,
+            kind: EngineKind::PerDevice,
             cpu_workers: None,
             copy_workers: 1,
             spin: Duration::from_micros(50),

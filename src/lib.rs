@@ -37,6 +37,9 @@
 //!   ready — inside its push when its dependencies are met. The reference.
 //! - [`EngineKind::Pooled`]: a shared worker pool and ready queue, plus a
 //!   copy pool.
+//! - [`EngineKind::PerDevice`] (the default): one pinned worker per CPU,
+//!   grouped by NUMA node, with work-stealing deques, a priority pool and
+//!   the inline path for ready `Async` operations.
 //!
 //! Choose with [`EngineBuilder::kind`] or `DEPENGINE_ENGINE_TYPE`;
 //! [`Engine::global`] is a process-wide engine configured from the

@@ -26,6 +26,11 @@ fn blocker(gate: &Arc<AtomicBool>) -> impl FnOnce(&depengine::RunContext) + Send
 }
 
 #[test]
+fn it_is_the_default_engine() {
+    assert_eq!(Engine::builder().build().unwrap().kind(), EngineKind::PerDevice);
+}
+
+#[test]
 fn the_topology_lists_the_allowed_cpus() {
     let engine = per_device(2);
     let topology = engine.topology().expect("per_device has a topology");

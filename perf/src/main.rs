@@ -20,6 +20,8 @@
 //!                              ratios are taken pair by pair (default: 1)
 //!   --json PATH                also write the results as JSON
 //!   --svg PATH                 also draw them as an SVG bar chart (log scale)
+//!   --markdown PATH            also write them as markdown tables, with the
+//!                              peers' ratios (what perf/report.sh puts in PERF.md)
 //!   --quick                    N/100 and 2 repetitions (a smoke run)
 //!   --profile DIR              profile each of our engines' rows: a Chrome trace
 //!                              DIR/<engine>-<workload>-w<W>.json and its summary
@@ -55,6 +57,7 @@ struct Options {
     peers: Vec<(String, String)>,
     json: Option<String>,
     svg: Option<String>,
+    markdown: Option<String>,
     pairs: usize,
     quick: bool,
     stats: bool,
@@ -80,6 +83,7 @@ fn parse_args() -> Options {
         peers: Vec::new(),
         json: None,
         svg: None,
+        markdown: None,
         pairs: 1,
         quick: false,
         stats: false,
@@ -102,6 +106,7 @@ fn parse_args() -> Options {
             "--spin-us" => o.spin_us = Some(val().parse().unwrap_or_else(|_| usage("bad --spin-us"))),
             "--stats" => o.stats = true,
             "--svg" => o.svg = Some(val()),
+            "--markdown" => o.markdown = Some(val()),
             "--pairs" => o.pairs = val().parse().ok().filter(|&k| k > 0).unwrap_or_else(|| usage("bad --pairs")),
             "--no-pin" => o.pin = false,
             "--profile" => o.profile = Some(val().into()),
@@ -274,7 +279,16 @@ fn fmt_opt(v: Option<f64>, prec: usize) -> String {
 /// (A B A B …), so that each peer's ratio to each engine is taken pair by
 /// pair while the machine's speed drifts. Prints and returns one row per
 /// engine and peer (the median over the rounds) and the ratios.
-fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workload>) -> Vec<Row> {
+/// A peer's time over one of our engines' on one row, per round.
+struct Ratio {
+    peer: String,
+    engine: &'static str,
+    workload: String,
+    w: u32,
+    median: f64,
+}
+
+fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workload>) -> (Vec<Row>, Vec<Ratio>) {
     let mut rounds: Vec<Vec<Row>> = Vec::new();
     for round in 0..o.pairs {
         let mut this = Vec::new();
@@ -316,6 +330,7 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
         out.push(row);
     }
     // Each peer against each of our engines, round by round.
+    let mut found = Vec::new();
     for (peer_name, _) in &o.peers {
         let peer_ns = ns_of(peer_name);
         for kind in &o.engines {
@@ -327,9 +342,10 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
             let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
             let m = median(&mut ratios);
             println!("    {peer_name} ÷ {}: {m:.2}× (pairs: {})", kind.name(), each.join(" "));
+            found.push(Ratio { peer: peer_name.clone(), engine: kind.name(), workload: wl_name.into(), w, median: m });
         }
     }
-    out
+    (out, found)
 }
 
 /// On a terminal, says on standard error which row is being measured (the
@@ -373,6 +389,63 @@ fn print_row(r: &Row) {
             println!("    {line}");
         }
     }
+}
+
+/// The results as markdown tables: ns/op per workload (rows) and engine
+/// or peer (columns) for each W, pingpong percentiles, and each peer's
+/// median ratio to each engine (above 1: the engine is faster).
+fn markdown(rows: &[Row], ratios: &[Ratio], o: &Options) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "Machine: {}; {} CPU workers; median of {} after 1 warm-up; {} round(s) per row, engines and peers in turn.\n\nCommand: `{}`\n",
+        machine(),
+        o.threads,
+        o.reps,
+        o.pairs,
+        std::env::args().collect::<Vec<_>>().join(" ")
+    );
+    let mut names: Vec<&str> = Vec::new();
+    for r in rows {
+        if !names.contains(&r.engine.as_str()) {
+            names.push(&r.engine);
+        }
+    }
+    let cell = |name: &str, workload: &str, w: u32| {
+        rows.iter()
+            .find(|r| r.engine == name && r.workload == workload && r.w == w && r.pingpong.is_none())
+            .map_or("–".to_owned(), |r| format!("{:.0}", r.ns_per_op))
+    };
+    for &w in &o.weights {
+        let workloads: Vec<&String> = o.workloads.iter().filter(|wl| *wl != "pingpong").collect();
+        if workloads.is_empty() {
+            break;
+        }
+        let _ = writeln!(s, "### W = {w}, ns/op\n\n| workload | {} |", names.join(" | "));
+        let _ = writeln!(s, "|---|{}", "---|".repeat(names.len()));
+        for wl in workloads {
+            let cells: Vec<String> = names.iter().map(|n| cell(n, wl, w)).collect();
+            let _ = writeln!(s, "| {wl} | {} |", cells.join(" | "));
+        }
+        s.push('\n');
+    }
+    let pp: Vec<&Row> = rows.iter().filter(|r| r.pingpong.is_some()).collect();
+    if !pp.is_empty() {
+        let _ = writeln!(s, "### pingpong, ns\n\n| engine | p50 | p99 | p99.9 |\n|---|---|---|---|");
+        for r in pp {
+            let [a, b, c] = r.pingpong.unwrap_or_default();
+            let _ = writeln!(s, "| {} | {a:.0} | {b:.0} | {c:.0} |", r.engine);
+        }
+        s.push('\n');
+    }
+    if !ratios.is_empty() {
+        let _ = writeln!(s, "### Peer ÷ depengine (median of the per-round ratios; above 1: depengine is faster)\n");
+        let _ = writeln!(s, "| peer ÷ engine | workload | W | ratio |\n|---|---|---|---|");
+        for q in ratios {
+            let _ = writeln!(s, "| {} ÷ {} | {} | {} | {:.2} |", q.peer, q.engine, q.workload, q.w, q.median);
+        }
+    }
+    s
 }
 
 fn json(rows: &[Row], o: &Options) -> String {
@@ -421,18 +494,27 @@ fn main() {
         "engine", "workload", "W", "N", "ns/op|p50", "Mops/s|p99", "p99.9", "allocs/op", "RSS MB"
     );
     let mut rows = Vec::new();
+    let mut ratios = Vec::new();
     for wl_name in &o.workloads {
         if wl_name == "pingpong" {
             let n = if o.quick { 2_000 } else { 100_000 };
-            rows.extend(measure_row(&o, wl_name, 0, n, None));
+            let (r, q) = measure_row(&o, wl_name, 0, n, None);
+            rows.extend(r);
+            ratios.extend(q);
             continue;
         }
         for &w in &o.weights {
             let default_n = if w == 0 { 1_000_000 } else { 100_000 };
             let n = o.n.unwrap_or(if o.quick { default_n / 100 } else { default_n });
             let wl = Workload::build(wl_name, n).expect("workload");
-            rows.extend(measure_row(&o, wl_name, w, n, Some(&wl)));
+            let (r, q) = measure_row(&o, wl_name, w, n, Some(&wl));
+            rows.extend(r);
+            ratios.extend(q);
         }
+    }
+    if let Some(path) = &o.markdown {
+        std::fs::write(path, markdown(&rows, &ratios, &o)).unwrap_or_else(|e| eprintln!("cannot write {path}: {e}"));
+        println!("tables written to {path}");
     }
     if let Some(path) = &o.json {
         std::fs::write(path, json(&rows, &o)).unwrap_or_else(|e| eprintln!("cannot write {path}: {e}"));

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Regenerates the measured tables of PERF.md in one command:
+#
+#   perf/report.sh            full run (tens of minutes on 2 cores)
+#   QUICK=1 perf/report.sh    smoke run (N/100, 2 repetitions; do not publish)
+#
+# 1. scripts/setup.sh (hwloc), and the peers' compilers with apt (as root);
+# 2. builds the C++ peers of ../shared/peers/cxx where that directory exists
+#    (OpenMP on libgomp and on libomp, oneTBB flow graph, Taskflow); a peer
+#    that does not build is reported and left out;
+# 3. runs the harness on every workload, every engine and every peer, each
+#    row PAIRS times with engines and peers in turn (default 3), writing
+#    perf/reports/<date>.{txt,json,svg,md};
+# 4. replaces the part of PERF.md between `<!-- report:begin -->` and
+#    `<!-- report:end -->` with the markdown tables.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PAIRS="${PAIRS:-3}"
+PEERS_DIR="${PEERS_DIR:-../shared/peers/cxx}"
+BUILD="${BUILD_DIR:-/tmp/depengine-peers}"
+mkdir -p "$BUILD" perf/reports
+
+scripts/setup.sh
+peers=()
+if [[ -d "$PEERS_DIR" ]]; then
+    if [[ $(id -u) -eq 0 ]]; then
+        need=()
+        for p in g++ clang libomp-dev libtbb-dev; do dpkg -s "$p" >/dev/null 2>&1 || need+=("$p"); done
+        if ((${#need[@]})); then
+            echo "== apt-get install ${need[*]}"
+            apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+        fi
+    fi
+    build() { # name, then the compile command
+        local name=$1; shift
+        if "$@" >"$BUILD/$name.log" 2>&1; then peers+=(--peer "$name=$BUILD/$name"); echo "   built peer $name"
+        else echo "   !! peer $name did not build (see $BUILD/$name.log): left out"; fi
+    }
+    echo "== building the peers from $PEERS_DIR"
+    build omp-gcc g++ -O2 -std=c++17 -fopenmp "$PEERS_DIR/omp_tasks.cpp" -o "$BUILD/omp-gcc"
+    build omp-clang clang++ -O2 -std=c++17 -fopenmp "$PEERS_DIR/omp_tasks.cpp" -o "$BUILD/omp-clang"
+    build tbb-flow g++ -O2 -std=c++17 -pthread "$PEERS_DIR/tbb_flow.cpp" -o "$BUILD/tbb-flow" -ltbb
+    build taskflow g++ -O2 -std=c++20 -pthread -I"$PEERS_DIR/vendor/taskflow" "$PEERS_DIR/taskflow_peer.cpp" -o "$BUILD/taskflow"
+else
+    echo "== no peers: $PEERS_DIR does not exist (set PEERS_DIR); depengine's engines only"
+fi
+
+stamp="perf/reports/$(date +%Y-%m-%d)"
+quick=()
+[[ "${QUICK:-0}" == 1 ]] && quick=(--quick) && stamp="$stamp-quick"
+echo "== depengine-perf → $stamp.{txt,json,svg,md}"
+cargo run --release -q -p depengine-perf -- "${quick[@]}" --pairs "$PAIRS" "${peers[@]}" \
+    --json "$stamp.json" --svg "$stamp.svg" --markdown "$stamp.md" | tee "$stamp.txt"
+
+grep -q '<!-- report:begin -->' PERF.md && grep -q '<!-- report:end -->' PERF.md || { echo "PERF.md has no report markers" >&2; exit 1; }
+awk -v table="$stamp.md" '
+    /<!-- report:end -->/ { skipping = 0 }
+    !skipping { print }
+    /<!-- report:begin -->/ { while ((getline line < table) > 0) print line; skipping = 1 }
+' PERF.md > PERF.md.new && mv PERF.md.new PERF.md
+echo "PERF.md: the report section now holds $stamp.md"

@@ -25,6 +25,21 @@ fn blocker(gate: &Arc<AtomicBool>) -> impl FnOnce(&depengine::RunContext) + Send
     }
 }
 
+/// Pushes a blocker and returns once a worker is inside it, with the gate
+/// that lets it go.
+fn occupy_the_worker(engine: &Engine) -> Arc<AtomicBool> {
+    let gate = Arc::new(AtomicBool::new(false));
+    let inside = Arc::new(AtomicBool::new(false));
+    let (block, i) = (blocker(&gate), inside.clone());
+    let body = move |ctx: &depengine::RunContext| {
+        i.store(true, Ordering::Release);
+        block(ctx)
+    };
+    engine.push_sync(body, &[], &[]).unwrap();
+    assert!(eventually(Duration::from_secs(10), || inside.load(Ordering::Acquire)));
+    gate
+}
+
 #[test]
 fn it_is_the_default_engine() {
     assert_eq!(Engine::builder().build().unwrap().kind(), EngineKind::PerDevice);
@@ -137,21 +152,8 @@ fn work_pushed_behind_a_blocked_worker_still_drains() {
 #[test]
 fn prioritized_operations_start_first_in_priority_order() {
     let engine = per_device(1);
-    let gate = Arc::new(AtomicBool::new(false));
-    let inside = Arc::new(AtomicBool::new(false));
-    let (block, i) = (blocker(&gate), inside.clone());
-    engine
-        .push_sync(
-            move |ctx| {
-                i.store(true, Ordering::Release);
-                block(ctx)
-            },
-            &[],
-            &[],
-        )
-        .unwrap();
     // The only worker is inside the blocker: everything below queues.
-    assert!(eventually(Duration::from_secs(10), || inside.load(Ordering::Acquire)));
+    let gate = occupy_the_worker(&engine);
     let started = Arc::new(Mutex::new(Vec::new()));
     let push = |label: &'static str, priority: i32, prioritized: bool| {
         let s = started.clone();
@@ -222,20 +224,7 @@ fn a_ready_async_operation_runs_inside_its_push() {
 fn priority_workers_run_prioritized_work_while_every_cpu_worker_is_busy() {
     let engine = Engine::builder().kind(EngineKind::PerDevice).cpu_workers(1).priority_workers(1).build().unwrap();
     assert_eq!(engine.stats().per_worker.len(), 2, "one CPU worker and one priority worker");
-    let gate = Arc::new(AtomicBool::new(false));
-    let inside = Arc::new(AtomicBool::new(false));
-    let (block, i) = (blocker(&gate), inside.clone());
-    engine
-        .push_sync(
-            move |ctx| {
-                i.store(true, Ordering::Release);
-                block(ctx)
-            },
-            &[],
-            &[],
-        )
-        .unwrap();
-    assert!(eventually(Duration::from_secs(10), || inside.load(Ordering::Acquire)));
+    let gate = occupy_the_worker(&engine);
     let ran_on = Arc::new(Mutex::new(None));
     let r = ran_on.clone();
     let opts = PushOpts::new().prop(FnProperty::CpuPrioritized).priority(1);

@@ -28,6 +28,20 @@ use crate::core::Core;
 use crate::stats::EngineStats;
 use std::sync::Arc;
 
+/// Held by every worker thread: user panics are caught around each body,
+/// so one unwinding through a worker is an engine bug. Abort loudly rather
+/// than leave every waiter hanging.
+pub(crate) struct AbortOnUnwind;
+
+impl Drop for AbortOnUnwind {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("depengine: internal error in a worker thread; aborting");
+            std::process::abort();
+        }
+    }
+}
+
 /// Where ready operations run.
 pub(crate) trait Executor: Send + Sync {
     /// Starts the executor's threads (each holds the core).

@@ -1,7 +1,30 @@
 #![doc = include_str!("../../docs/worker-sleep.md")]
 
-use crate::sync::{fence, futex_wait, futex_wake_all, futex_wake_one, loom_sc_fence, AtomicU32, Ordering};
+use crate::sync::{fence, futex_wait, futex_wake_all, futex_wake_one, loom_sc_fence, spin_hint, AtomicU32, Ordering};
 use crossbeam_utils::CachePadded;
+use std::time::{Duration, Instant};
+
+/// Polls between two looks at the clock while spinning.
+const SPIN_POLLS: u32 = if cfg!(depengine_loom) { 1 } else { 64 };
+
+/// The spinning state's loop: polls `found` for up to `spin`, yielding the
+/// core between rounds (with as many workers as cores, the pushing thread
+/// may be waiting for this one). Returns whether work appeared.
+pub(crate) fn spin_for(spin: Duration, found: impl Fn() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        for _ in 0..SPIN_POLLS {
+            if found() {
+                return true;
+            }
+            spin_hint();
+        }
+        if start.elapsed() >= spin {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+}
 
 /// The sleep/wake rendezvous of one worker pool.
 pub(crate) struct Sleep {

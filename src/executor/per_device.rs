@@ -50,22 +50,23 @@
 //! left waiting while a worker sleeps.
 
 use super::inline::{run_inline, run_queued_one};
-use super::park::Sleep;
+use super::park::{spin_for, Sleep};
 use super::priority::PriorityPool;
 use super::ready_ring::ReadyRing;
+use super::AbortOnUnwind;
 use super::Executor;
 use crate::context::{Context, FnProperty};
 use crate::core::Core;
 use crate::pool::NIL;
 use crate::stats::{EngineStats, ExecutorCounters, READY_SAMPLE};
-use crate::sync::{spin_hint, AtomicBool, Ordering};
+use crate::sync::{AtomicBool, Ordering};
 use crate::topology::Topology;
 use crossbeam_deque::{Steal, Stealer, Worker};
 use std::cell::Cell;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Operations a worker keeps in its own deque (crossbeam's initial
 /// capacity, so the deque never reallocates).
@@ -73,9 +74,6 @@ pub(crate) const LOCAL_CAPACITY: usize = 64;
 
 /// Ready operations a node's injector holds before pushers run them inline.
 const INJECTOR_CAPACITY: usize = 1 << 14;
-
-/// Deque and injector polls between two looks at the clock while spinning.
-const SPIN_POLLS: u32 = 64;
 
 /// What every worker and helper shares.
 struct Shared {
@@ -247,29 +245,11 @@ impl Shared {
         self.steal(me, node, false)
     }
 
-    /// Spins up to `spin` looking for work; returns whether some appeared.
-    fn spin_for_work(&self) -> bool {
-        let start = Instant::now();
-        loop {
-            for _ in 0..SPIN_POLLS {
-                if self.has_work() {
-                    return true;
-                }
-                spin_hint();
-            }
-            if start.elapsed() >= self.spin {
-                return false;
-            }
-            // Workers may outnumber free cores: let a pusher run.
-            std::thread::yield_now();
-        }
-    }
-
     /// A worker found nothing: spins (if no other worker is spinning),
     /// then parks until work is published. Returns `false` when stopping.
     fn idle(&self) -> bool {
         if self.sleep.try_start_spinning() {
-            let found = self.spin_for_work();
+            let found = spin_for(self.spin, || self.has_work());
             self.sleep.stop_spinning();
             if found {
                 // Publishers skip the wake-up while a worker spins, so the
@@ -295,17 +275,6 @@ impl Shared {
     }
 
     fn work(&self, core: &Core, id: usize, deque: Worker<u32>) {
-        // User panics are caught around each body; one escaping to here is
-        // an engine bug. Abort loudly rather than hang every waiter.
-        struct AbortOnUnwind;
-        impl Drop for AbortOnUnwind {
-            fn drop(&mut self) {
-                if std::thread::panicking() {
-                    eprintln!("depengine: internal error in a worker thread; aborting");
-                    std::process::abort();
-                }
-            }
-        }
         let _guard = AbortOnUnwind;
         if let Some(cpu) = self.pinned[id] {
             // A CPU that disappeared from the affinity mask only costs the pinning.

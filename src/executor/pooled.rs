@@ -14,24 +14,22 @@
 //! Idle workers spin for the configured time, then park (`park.rs`).
 
 use super::inline::{run_inline, run_queued_one};
-use super::park::Sleep;
+use super::park::{spin_for, Sleep};
 use super::ready_ring::ReadyRing;
+use super::AbortOnUnwind;
 use super::Executor;
 use crate::context::FnProperty;
 use crate::core::Core;
 use crate::pool::NIL;
 use crate::stats::{EngineStats, ExecutorCounters, READY_SAMPLE};
-use crate::sync::{spin_hint, AtomicBool, Ordering};
+use crate::sync::{AtomicBool, Ordering};
 use std::cell::Cell;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Ready operations one ring holds before pushers run the overflow inline.
 const RING_CAPACITY: usize = if cfg!(depengine_loom) { 4 } else { 1 << 14 };
-
-/// Ring polls between two looks at the clock while spinning.
-const SPIN_POLLS: u32 = if cfg!(depengine_loom) { 1 } else { 64 };
 
 /// One pool of workers and the ring they serve.
 pub(crate) struct WorkerPool {
@@ -104,31 +102,12 @@ impl WorkerPool {
         self.ring.pop()
     }
 
-    /// Spins up to `spin` looking for work; returns whether some appeared.
-    fn spin_for_work(&self) -> bool {
-        let start = Instant::now();
-        loop {
-            for _ in 0..SPIN_POLLS {
-                if !self.ring.is_empty() {
-                    return true;
-                }
-                spin_hint();
-            }
-            if start.elapsed() >= self.spin {
-                return false;
-            }
-            // With as many workers as cores, the pushing thread may be
-            // waiting for this core: let it run before polling again.
-            std::thread::yield_now();
-        }
-    }
-
     /// A worker found nothing to run: spins (if no other worker is
     /// spinning), then parks until work is published. Returns `false` when
     /// the pool is stopping.
     fn idle(&self) -> bool {
         if self.sleep.try_start_spinning() {
-            let found = self.spin_for_work();
+            let found = spin_for(self.spin, || !self.ring.is_empty());
             self.sleep.stop_spinning();
             if found {
                 // More than the one we will take: another worker may help.
@@ -153,17 +132,6 @@ impl WorkerPool {
     }
 
     fn work(&self, core: &Core, id: usize) {
-        // User panics are caught around each body; one escaping to here is
-        // an engine bug. Abort loudly rather than hang every waiter.
-        struct AbortOnUnwind;
-        impl Drop for AbortOnUnwind {
-            fn drop(&mut self) {
-                if std::thread::panicking() {
-                    eprintln!("depengine: internal error in a worker thread; aborting");
-                    std::process::abort();
-                }
-            }
-        }
         let _guard = AbortOnUnwind;
         POOL.with(|p| p.set(self));
         WORKER_ID.with(|w| w.set(Some(id)));

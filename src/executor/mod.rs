@@ -26,7 +26,8 @@ pub(crate) mod shuffle;
 use crate::context::FnProperty;
 use crate::core::Core;
 use crate::stats::EngineStats;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
 /// Held by every worker thread: user panics are caught around each body,
 /// so one unwinding through a worker is an engine bug. Abort loudly rather
@@ -38,6 +39,27 @@ impl Drop for AbortOnUnwind {
         if std::thread::panicking() {
             eprintln!("depengine: internal error in a worker thread; aborting");
             std::process::abort();
+        }
+    }
+}
+
+/// The join handles of an executor's worker threads. Touched at start and
+/// stop only: the mutex is never on the hot path.
+#[derive(Default)]
+pub(crate) struct WorkerThreads(Mutex<Vec<JoinHandle<()>>>);
+
+impl WorkerThreads {
+    /// Starts a worker thread named `name` running `work`.
+    pub(crate) fn spawn(&self, name: String, work: impl FnOnce() + Send + 'static) {
+        let handle = std::thread::Builder::new().name(name).spawn(work).expect("failed to spawn a depengine worker");
+        self.0.lock().expect("thread list poisoned").push(handle);
+    }
+
+    /// Joins every worker started so far (they must have been told to stop).
+    pub(crate) fn join_all(&self) {
+        let threads = std::mem::take(&mut *self.0.lock().expect("thread list poisoned"));
+        for t in threads {
+            let _ = t.join();
         }
     }
 }

@@ -54,7 +54,7 @@ use super::park::{spin_for, Sleep};
 use super::priority::PriorityPool;
 use super::ready_ring::ReadyRing;
 use super::AbortOnUnwind;
-use super::Executor;
+use super::{Executor, WorkerThreads};
 use crate::context::{Context, FnProperty};
 use crate::core::Core;
 use crate::pool::NIL;
@@ -65,7 +65,6 @@ use crossbeam_deque::{Steal, Stealer, Worker};
 use std::cell::Cell;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// Operations a worker keeps in its own deque (crossbeam's initial
@@ -118,7 +117,7 @@ pub(crate) struct PerDeviceExecutor {
     shared: Arc<Shared>,
     /// The workers' deques until `start` hands each to its thread.
     deques: Mutex<Vec<Worker<u32>>>,
-    threads: Mutex<Vec<JoinHandle<()>>>,
+    threads: WorkerThreads,
 }
 
 impl PerDeviceExecutor {
@@ -144,7 +143,7 @@ impl PerDeviceExecutor {
             stolen: AtomicU64::new(0),
             topology,
         };
-        PerDeviceExecutor { shared: Arc::new(shared), deques: Mutex::new(deques), threads: Mutex::new(Vec::new()) }
+        PerDeviceExecutor { shared: Arc::new(shared), deques: Mutex::new(deques), threads: WorkerThreads::default() }
     }
 
     /// The CPU each worker is pinned to (`None`: not pinned).
@@ -328,26 +327,16 @@ impl Shared {
 
 impl Executor for PerDeviceExecutor {
     fn start(&self, core: &Arc<Core>) {
-        // Start-up only: the mutexes guard the deques and join handles, not
-        // the hot path.
+        // Start-up only: the mutex guards the deques, not the hot path.
         let deques = std::mem::take(&mut *self.deques.lock().expect("deque list poisoned"));
-        let mut threads = self.threads.lock().expect("thread list poisoned");
         let cpu = deques.len();
         for (id, deque) in deques.into_iter().enumerate() {
             let (core, shared) = (core.clone(), self.shared.clone());
-            let handle = std::thread::Builder::new()
-                .name(format!("depengine-cpu-{id}"))
-                .spawn(move || shared.work(&core, id, deque))
-                .expect("failed to spawn a depengine worker");
-            threads.push(handle);
+            self.threads.spawn(format!("depengine-cpu-{id}"), move || shared.work(&core, id, deque));
         }
         for i in 0..self.shared.priority_workers {
             let (core, shared) = (core.clone(), self.shared.clone());
-            let handle = std::thread::Builder::new()
-                .name(format!("depengine-prio-{i}"))
-                .spawn(move || shared.serve_priority(&core, cpu + i))
-                .expect("failed to spawn a depengine worker");
-            threads.push(handle);
+            self.threads.spawn(format!("depengine-prio-{i}"), move || shared.serve_priority(&core, cpu + i));
         }
     }
 
@@ -420,10 +409,7 @@ impl Executor for PerDeviceExecutor {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.sleep.notify_all();
         self.shared.priority_sleep.notify_all();
-        let threads = std::mem::take(&mut *self.threads.lock().expect("thread list poisoned"));
-        for t in threads {
-            let _ = t.join();
-        }
+        self.threads.join_all();
     }
 
     fn cpu_workers(&self) -> usize {

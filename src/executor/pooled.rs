@@ -17,15 +17,14 @@ use super::inline::{run_inline, run_queued_one};
 use super::park::{spin_for, Sleep};
 use super::ready_ring::ReadyRing;
 use super::AbortOnUnwind;
-use super::Executor;
+use super::{Executor, WorkerThreads};
 use crate::context::FnProperty;
 use crate::core::Core;
 use crate::pool::NIL;
 use crate::stats::{EngineStats, ExecutorCounters, READY_SAMPLE};
 use crate::sync::{AtomicBool, Ordering};
 use std::cell::Cell;
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Ready operations one ring holds before pushers run the overflow inline.
@@ -166,7 +165,7 @@ pub(crate) fn current_worker() -> Option<usize> {
 pub(crate) struct PooledExecutor {
     normal: Arc<WorkerPool>,
     copy: Arc<WorkerPool>,
-    threads: Mutex<Vec<JoinHandle<()>>>,
+    threads: WorkerThreads,
 }
 
 impl PooledExecutor {
@@ -174,24 +173,18 @@ impl PooledExecutor {
         PooledExecutor {
             normal: Arc::new(WorkerPool::new(cpu_workers, 0, spin)),
             copy: Arc::new(WorkerPool::new(copy_workers, cpu_workers, spin)),
-            threads: Mutex::new(Vec::new()),
+            threads: WorkerThreads::default(),
         }
     }
 }
 
 impl Executor for PooledExecutor {
     fn start(&self, core: &Arc<Core>) {
-        // Start-up only: the mutex guards the join handles, not the hot path.
-        let mut threads = self.threads.lock().expect("thread list poisoned");
         for (kind, pool) in [("cpu", &self.normal), ("copy", &self.copy)] {
             for i in 0..pool.workers {
                 let (core, pool) = (core.clone(), pool.clone());
                 let id = pool.first_worker_id + i;
-                let handle = std::thread::Builder::new()
-                    .name(format!("depengine-{kind}-{i}"))
-                    .spawn(move || pool.work(&core, id))
-                    .expect("failed to spawn a depengine worker");
-                threads.push(handle);
+                self.threads.spawn(format!("depengine-{kind}-{i}"), move || pool.work(&core, id));
             }
         }
     }
@@ -226,10 +219,7 @@ impl Executor for PooledExecutor {
             pool.stop.store(true, Ordering::SeqCst);
             pool.sleep.notify_all();
         }
-        let threads = std::mem::take(&mut *self.threads.lock().expect("thread list poisoned"));
-        for t in threads {
-            let _ = t.join();
-        }
+        self.threads.join_all();
     }
 
     fn cpu_workers(&self) -> usize {

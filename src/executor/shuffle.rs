@@ -36,12 +36,11 @@
 use super::inline::{run_inline, run_queued_one};
 use super::park::Sleep;
 use super::ready_ring::ReadyRing;
-use super::Executor;
+use super::{Executor, WorkerThreads};
 use crate::context::FnProperty;
 use crate::core::Core;
 use crate::sync::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 
 /// Ready operations the ring holds before the thread that made one ready
 /// runs it itself.
@@ -60,7 +59,7 @@ pub(crate) struct ShuffleExecutor {
     shared: Arc<Shuffle>,
     /// Worker threads (0: only waiting threads run operations).
     workers: usize,
-    threads: Mutex<Vec<JoinHandle<()>>>,
+    threads: WorkerThreads,
 }
 
 impl Shuffle {
@@ -114,22 +113,16 @@ impl ShuffleExecutor {
                 stop: AtomicBool::new(false),
             }),
             workers,
-            threads: Mutex::new(Vec::new()),
+            threads: WorkerThreads::default(),
         }
     }
 }
 
 impl Executor for ShuffleExecutor {
     fn start(&self, core: &Arc<Core>) {
-        // Start-up only: the mutex guards the join handles, not the hot path.
-        let mut threads = self.threads.lock().expect("thread list poisoned");
         for id in 0..self.workers {
             let (core, shared) = (core.clone(), self.shared.clone());
-            let handle = std::thread::Builder::new()
-                .name(format!("depengine-shuffle-{id}"))
-                .spawn(move || shared.work(&core, id))
-                .expect("failed to spawn a depengine worker");
-            threads.push(handle);
+            self.threads.spawn(format!("depengine-shuffle-{id}"), move || shared.work(&core, id));
         }
     }
 
@@ -165,10 +158,7 @@ impl Executor for ShuffleExecutor {
     fn stop(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.sleep.notify_all();
-        let threads = std::mem::take(&mut *self.threads.lock().expect("thread list poisoned"));
-        for t in threads {
-            let _ = t.join();
-        }
+        self.threads.join_all();
     }
 
     fn cpu_workers(&self) -> usize {

@@ -285,34 +285,15 @@ impl Core {
         }
     }
 
-    /// Schedules what a combining pass found ready (after it let go). On
-    /// executors with the kAsync inline path, a ready `Async` or
-    /// `DeleteVar` operation runs here, on the dispatching thread.
+    /// Schedules what a combining pass found ready (after it let go).
     #[inline]
     fn schedule_list(&self, ready: ReadyList) {
-        let inline_async = self.executor.runs_async_inline();
         let mut op = ready.head;
         while op != NIL {
             let next = self.oprs.get(op).link.load(Ordering::Relaxed);
-            // SAFETY: a ready block belongs to whoever schedules it.
-            let prop = unsafe { self.oprs.get(op).meta() }.opts.prop;
-            if inline_async && matches!(prop, FnProperty::Async | FnProperty::DeleteVar) {
-                self.run_ready_inline(op);
-            } else {
-                self.schedule(op);
-            }
+            self.schedule_ready(op, true);
             op = next;
         }
-    }
-
-    /// The kAsync inline path: runs a ready operation on this thread now.
-    fn run_ready_inline(&self, op: u32) {
-        // SAFETY: as in `schedule_list`.
-        let meta = unsafe { self.oprs.get(op).meta() };
-        if meta.profile_session != 0 || self.diagnosis.is_some() {
-            self.observe_ready(self.oprs.get(op), meta);
-        }
-        crate::executor::inline::run_inline(self, op);
     }
 
     /// Dispatches everything submitted so far; `then` runs while combining,
@@ -415,11 +396,19 @@ impl Core {
         }
     }
 
-    /// `op` is ready: wait markers and rejected operations complete on the
-    /// spot (engine code only, and the executor may be stopping), everything
-    /// else goes to the executor.
+    /// `op` is ready (made so by a completion).
     #[inline]
     pub(crate) fn schedule(&self, op: u32) {
+        self.schedule_ready(op, false);
+    }
+
+    /// `op` is ready: wait markers and rejected operations complete on the
+    /// spot (engine code only, and the executor may be stopping). An
+    /// `Async` or `DeleteVar` operation found ready `at_dispatch` runs here,
+    /// on the dispatching thread, on executors with the kAsync inline path.
+    /// Everything else goes to the executor.
+    #[inline]
+    fn schedule_ready(&self, op: u32, at_dispatch: bool) {
         let block = self.oprs.get(op);
         // SAFETY: a ready block is owned by whoever schedules it (phase 3).
         let meta = unsafe { block.meta() };
@@ -428,6 +417,11 @@ impl Core {
         }
         if matches!(meta.kind, OprKind::Wait(_)) || meta.rejected.is_some() {
             self.run(op, None);
+        } else if at_dispatch
+            && matches!(meta.opts.prop, FnProperty::Async | FnProperty::DeleteVar)
+            && self.executor.runs_async_inline()
+        {
+            crate::executor::inline::run_inline(self, op);
         } else {
             self.executor.schedule(self, op, meta.opts.prop);
         }

@@ -408,7 +408,7 @@ impl Engine {
         self.core.executor.add_stats(&mut s);
         // Tickets count every dispatched operation, wait markers included.
         let dispatched = self.core.dispatcher.dispatched();
-        s.pushed = dispatched - s.waits.min(dispatched);
+        s.pushed = dispatched.saturating_sub(s.waits);
         s.finished = (dispatched - self.core.pending().min(dispatched)).saturating_sub(s.waits);
         s.ran_elsewhere = s.finished.saturating_sub(s.ran_on_workers);
         s.pools = self.pool_stats();

@@ -24,33 +24,47 @@ use std::sync::Arc;
 pub fn var_queue(c: &mut Criterion) {
     let blocks: Pool<VarBlock> = Pool::new();
     let q = VarQueue::default();
-    // SAFETY (all blocks below): one thread plays appender and granter, in
-    // the order the queue's contract allows; the queue was reset first.
+    // One thread plays both the appender and the granter throughout, so the
+    // queue's single-appender and single-granter contracts hold; every
+    // completion below completes an access this thread holds, and every
+    // benchmark leaves the queue idle for the next.
+    // SAFETY: the queue is new and only this thread touches it.
     unsafe { q.reset(&blocks) };
     let mut g = c.benchmark_group("var_queue");
     g.bench_function("append write (granted) + complete write (grants none)", |b| {
+        // SAFETY: the write appended here is the one completed.
         b.iter(|| unsafe {
             assert!(q.append(&blocks, 1, true));
             black_box(q.complete_write(&blocks).count());
         })
     });
     g.bench_function("append write (queued) + complete write (grants it)", |b| {
+        // SAFETY: the queue is idle; this write is granted and held.
         unsafe { assert!(q.append(&blocks, 1, true)) };
+        // SAFETY: a write is held; completing it grants the one appended,
+        // which is then held for the next round.
         b.iter(|| unsafe {
             assert!(!q.append(&blocks, 2, true));
             assert_eq!(q.complete_write(&blocks).count(), 1);
         });
+        // SAFETY: completes the write still held, leaving the queue idle.
         unsafe { black_box(q.complete_write(&blocks).count()) };
     });
     g.bench_function("append read (joins reads) + complete read", |b| {
+        // SAFETY: the queue is idle; this read is granted and held.
         unsafe { assert!(q.append(&blocks, 1, false)) };
+        // SAFETY: a read is held; the appended read joins it and one read
+        // is completed, so one stays held.
         b.iter(|| unsafe {
             assert!(q.append(&blocks, 2, false));
             black_box(q.complete_read(&blocks).count());
         });
+        // SAFETY: completes the read still held, leaving the queue idle.
         unsafe { black_box(q.complete_read(&blocks).count()) };
     });
     g.bench_function("append read + write (queued) + complete read (grants the write) + complete write", |b| {
+        // SAFETY: from an idle queue: the read is granted, the write queues
+        // behind it and is granted by the read's completion, then completed.
         b.iter(|| unsafe {
             assert!(q.append(&blocks, 1, false));
             assert!(!q.append(&blocks, 2, true));

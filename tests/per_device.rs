@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::eventually;
+use common::{eventually, until_open};
 use depengine::{Engine, EngineKind, FnProperty, PushOpts, Topology, TopologySource};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,22 +15,12 @@ fn per_device(workers: usize) -> Engine {
     Engine::builder().kind(EngineKind::PerDevice).cpu_workers(workers).build().unwrap()
 }
 
-/// A body that blocks until `gate` opens.
-fn blocker(gate: &Arc<AtomicBool>) -> impl FnOnce(&depengine::RunContext) + Send + 'static {
-    let g = gate.clone();
-    move |_| {
-        while !g.load(Ordering::Acquire) {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-    }
-}
-
 /// Pushes a blocker and returns once a worker is inside it, with the gate
 /// that lets it go.
 fn occupy_the_worker(engine: &Engine) -> Arc<AtomicBool> {
     let gate = Arc::new(AtomicBool::new(false));
     let inside = Arc::new(AtomicBool::new(false));
-    let (block, i) = (blocker(&gate), inside.clone());
+    let (block, i) = (until_open(&gate), inside.clone());
     let body = move |ctx: &depengine::RunContext| {
         i.store(true, Ordering::Release);
         block(ctx)
@@ -129,7 +119,7 @@ fn work_pushed_behind_a_blocked_worker_still_drains() {
     let engine = per_device(2);
     let (blocked, free) = (engine.new_var(), engine.new_var());
     let gate = Arc::new(AtomicBool::new(false));
-    engine.push_sync(blocker(&gate), &[], &[blocked]).unwrap();
+    engine.push_sync(until_open(&gate), &[], &[blocked]).unwrap();
     let ran = Arc::new(AtomicUsize::new(0));
     for _ in 0..500 {
         let r = ran.clone();
@@ -196,7 +186,7 @@ fn a_ready_async_operation_runs_inside_its_push() {
 
     // Behind a blocked write of `v` it is not ready: it runs later, on a worker.
     let gate = Arc::new(AtomicBool::new(false));
-    engine.push_sync(blocker(&gate), &[], &[v]).unwrap();
+    engine.push_sync(until_open(&gate), &[], &[v]).unwrap();
     let later = Arc::new(Mutex::new(None));
     let l = later.clone();
     let body = move |ctx: &depengine::RunContext, done: depengine::Completion| {

@@ -3,6 +3,8 @@
 //! scheduling rule, flow arrows follow the dependencies, and the summary
 //! counts what ran.
 
+mod common;
+
 use depengine::{Engine, EngineKind, Profile, ProfileEvent, PushOpts, Var};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -118,13 +120,7 @@ fn flow_arrows_follow_what_made_each_operation_ready() {
     let v = engine.new_var();
     let gate = Arc::new(AtomicBool::new(false));
     engine.start_profiling();
-    let g = gate.clone();
-    let spin = move |_: &depengine::RunContext| {
-        while !g.load(Ordering::Acquire) {
-            std::thread::yield_now();
-        }
-    };
-    engine.push_sync_with(spin, &[], &[v], PushOpts::new().name("gate")).unwrap();
+    engine.push_sync_with(common::until_open(&gate), &[], &[v], PushOpts::new().name("gate")).unwrap();
     for _ in 0..20 {
         engine.push_sync_with(|_| {}, &[], &[v], PushOpts::new().name("link")).unwrap();
     }

@@ -104,18 +104,7 @@ fn with_workers_operations_run_in_the_background_in_random_order() {
     let v = engine.new_var();
     let gate = engine.new_var();
     let open = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let o = open.clone();
-    engine
-        .push_sync(
-            move |_| {
-                while !o.load(Ordering::Acquire) {
-                    std::thread::yield_now();
-                }
-            },
-            &[],
-            &[gate],
-        )
-        .unwrap();
+    engine.push_sync(common::until_open(&open), &[], &[gate]).unwrap();
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     for i in 0..64u64 {
         let order = order.clone();

@@ -1,5 +1,7 @@
 //! Engine statistics: each counter counts what it says.
 
+mod common;
+
 use depengine::{Engine, EngineKind, EngineStats};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -79,18 +81,7 @@ fn the_pending_high_water_mark_sees_a_backlog() {
     let engine = pooled(1);
     let v = engine.new_var();
     let gate = Arc::new(AtomicBool::new(false));
-    let g = gate.clone();
-    engine
-        .push_sync(
-            move |_| {
-                while !g.load(Ordering::Acquire) {
-                    std::thread::yield_now();
-                }
-            },
-            &[],
-            &[v],
-        )
-        .unwrap();
+    engine.push_sync(common::until_open(&gate), &[], &[v]).unwrap();
     for _ in 0..100 {
         engine.push_sync(|_| {}, &[], &[v]).unwrap();
     }

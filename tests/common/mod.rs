@@ -1,9 +1,10 @@
 //! Helpers shared by the integration tests: engine lists, an event log that
-//! records the global order of body starts and ends, and a bounded wait.
+//! records the global order of body starts and ends, a bounded wait, and a
+//! body that blocks until a gate opens.
 #![allow(dead_code, unreachable_pub)]
 
-use depengine::{Engine, EngineKind};
-use std::sync::atomic::{AtomicU64, Ordering};
+use depengine::{Engine, EngineKind, RunContext};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -83,4 +84,15 @@ impl SplitMix {
 pub fn mix(a: u64, b: u64) -> u64 {
     let mut s = SplitMix(a ^ b.rotate_left(17));
     s.next()
+}
+
+/// A body that blocks (politely, sleeping between looks) until `gate`
+/// opens: to hold a worker, or a variable, while a test queues work behind.
+pub fn until_open(gate: &Arc<AtomicBool>) -> impl FnOnce(&RunContext) + Send + 'static {
+    let g = gate.clone();
+    move |_| {
+        while !g.load(Ordering::Acquire) {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
 }

@@ -9,7 +9,7 @@ use crate::context::{Context, RunContext};
 use crate::executor::park::Sleep;
 use crate::executor::ready_ring::ReadyRing;
 use crate::inline_fn::InlineFn;
-use crate::pool::Pool;
+use crate::pool::{Pool, TakeCache};
 use crate::var_queue::{VarBlock, VarQueue};
 use criterion::{BenchmarkId, Criterion};
 use std::hint::black_box;
@@ -24,6 +24,7 @@ use std::sync::Arc;
 pub fn var_queue(c: &mut Criterion) {
     let blocks: Pool<VarBlock> = Pool::new();
     let q = VarQueue::default();
+    let mut spares = TakeCache::default();
     // One thread plays both the appender and the granter throughout, so the
     // queue's single-appender and single-granter contracts hold; every
     // completion below completes an access this thread holds, and every
@@ -34,17 +35,17 @@ pub fn var_queue(c: &mut Criterion) {
     g.bench_function("append write (granted) + complete write (grants none)", |b| {
         // SAFETY: the write appended here is the one completed.
         b.iter(|| unsafe {
-            assert!(q.append(&blocks, 1, true));
+            assert!(q.append(&blocks, &mut spares, 1, true));
             black_box(q.complete_write(&blocks).count());
         })
     });
     g.bench_function("append write (queued) + complete write (grants it)", |b| {
         // SAFETY: the queue is idle; this write is granted and held.
-        unsafe { assert!(q.append(&blocks, 1, true)) };
+        unsafe { assert!(q.append(&blocks, &mut spares, 1, true)) };
         // SAFETY: a write is held; completing it grants the one appended,
         // which is then held for the next round.
         b.iter(|| unsafe {
-            assert!(!q.append(&blocks, 2, true));
+            assert!(!q.append(&blocks, &mut spares, 2, true));
             assert_eq!(q.complete_write(&blocks).count(), 1);
         });
         // SAFETY: completes the write still held, leaving the queue idle.
@@ -52,11 +53,11 @@ pub fn var_queue(c: &mut Criterion) {
     });
     g.bench_function("append read (joins reads) + complete read", |b| {
         // SAFETY: the queue is idle; this read is granted and held.
-        unsafe { assert!(q.append(&blocks, 1, false)) };
+        unsafe { assert!(q.append(&blocks, &mut spares, 1, false)) };
         // SAFETY: a read is held; the appended read joins it and one read
         // is completed, so one stays held.
         b.iter(|| unsafe {
-            assert!(q.append(&blocks, 2, false));
+            assert!(q.append(&blocks, &mut spares, 2, false));
             black_box(q.complete_read(&blocks).count());
         });
         // SAFETY: completes the read still held, leaving the queue idle.
@@ -66,8 +67,8 @@ pub fn var_queue(c: &mut Criterion) {
         // SAFETY: from an idle queue: the read is granted, the write queues
         // behind it and is granted by the read's completion, then completed.
         b.iter(|| unsafe {
-            assert!(q.append(&blocks, 1, false));
-            assert!(!q.append(&blocks, 2, true));
+            assert!(q.append(&blocks, &mut spares, 1, false));
+            assert!(!q.append(&blocks, &mut spares, 2, true));
             assert_eq!(q.complete_read(&blocks).count(), 1);
             black_box(q.complete_write(&blocks).count());
         })

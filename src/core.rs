@@ -16,10 +16,10 @@ use crate::dispatch::Dispatcher;
 use crate::error::{EngineError, OpError};
 use crate::executor::Executor;
 use crate::opr::{Body, Dep, OprBlock, OprKind, READ, WRITE};
-use crate::pool::{Pool, NIL};
+use crate::pool::{Pool, TakeCache, NIL};
 use crate::profiler::Profiler;
 use crate::stats::Stats;
-use crate::sync::{AtomicBool, Ordering};
+use crate::sync::{AtomicBool, Ordering, UnsafeCell};
 use crate::var::{Var, VarSlot, DELETE_DISPATCHED, DELETE_REQUESTED};
 use crate::var_queue::VarBlock;
 use crate::wait::{FirstError, Helper, PendingCounter, WaitSlot};
@@ -46,6 +46,14 @@ struct ReadyList {
     tail: u32,
 }
 
+/// The combiner's free variable blocks (see `pool::TakeCache`).
+struct SpareBlocks(UnsafeCell<TakeCache>);
+
+// SAFETY: only the thread holding the dispatcher touches the cache (in
+// `dispatch` and `return_spare_blocks`, both run as the combiner), and the
+// dispatcher's acquire/release of its busy flag orders successive combiners.
+unsafe impl Sync for SpareBlocks {}
+
 /// Everything an engine is, shared by its handle, workers and completions.
 pub(crate) struct Core {
     pub(crate) id: u32,
@@ -55,6 +63,9 @@ pub(crate) struct Core {
     pub(crate) waits: Pool<WaitSlot>,
     pub(crate) bulks: Pool<BulkBuf>,
     pub(crate) dispatcher: Dispatcher,
+    /// Free variable blocks held by the combiner for its appends (touched
+    /// only while holding the dispatcher; see `pool::TakeCache`).
+    spare_blocks: SpareBlocks,
     pub(crate) executor: Box<dyn Executor>,
     pub(crate) pending: PendingCounter,
     pub(crate) first_error: FirstError,
@@ -83,6 +94,7 @@ impl Core {
             waits: Pool::new(),
             bulks: Pool::new(),
             dispatcher: Dispatcher::default(),
+            spare_blocks: SpareBlocks(UnsafeCell::new(TakeCache::default())),
             executor,
             pending: PendingCounter::default(),
             first_error: FirstError::default(),
@@ -312,6 +324,15 @@ impl Core {
         closed_now
     }
 
+    /// Returns the combiner's spare variable blocks to their pool, so that
+    /// the pool's live count is exact (pool statistics).
+    pub(crate) fn return_spare_blocks(&self) {
+        self.flush_dispatcher(|| {
+            // SAFETY: we hold the dispatcher, so no append runs meanwhile.
+            self.spare_blocks.0.with_mut(|spares| unsafe { (*spares).give_back(&self.blocks) })
+        });
+    }
+
     /// Operations dispatched and not finished.
     pub(crate) fn pending(&self) -> u64 {
         self.pending.pending(self.dispatcher.dispatched())
@@ -367,11 +388,15 @@ impl Core {
             }
             block.wait.store(deps.len() as u32 + 1, Ordering::Relaxed);
             let mut granted = 1;
-            for d in deps {
-                if self.vars.get(d.slot()).queue.append(&self.blocks, op, d.writes()) {
-                    granted += 1;
+            self.spare_blocks.0.with_mut(|spares| {
+                // SAFETY: the combiner alone touches the spares (field docs).
+                let spares = &mut *spares;
+                for d in deps {
+                    if self.vars.get(d.slot()).queue.append(&self.blocks, spares, op, d.writes()) {
+                        granted += 1;
+                    }
                 }
-            }
+            });
             // Granted by every variable at once: no granter can touch `wait`,
             // so the operation is ready without a locked instruction.
             if granted == deps.len() as u32 + 1 || block.wait.fetch_sub(granted, Ordering::AcqRel) == granted {

@@ -392,6 +392,7 @@ impl Engine {
 
     /// Pool occupancy (exact when idle): live blocks are the leak check.
     pub fn pool_stats(&self) -> PoolStats {
+        self.core.return_spare_blocks();
         PoolStats {
             live_ops: self.core.oprs.live(),
             live_var_blocks: self.core.blocks.live(),

@@ -151,6 +151,25 @@ impl<T: Default> Pool<T> {
         }
     }
 
+    /// Detaches the whole free list with one CAS and returns its first index
+    /// (`NIL` if it was empty). The chain, linked through `next_free`, is the
+    /// caller's: see [`TakeCache`].
+    fn take_all(&self) -> u32 {
+        let mut head = self.free.load(Ordering::Acquire);
+        loop {
+            if head as u32 == NIL {
+                return NIL;
+            }
+            // The tag still moves on, so a `take` that read the old head
+            // fails its CAS instead of installing a link into our chain.
+            let new = ((head >> 32).wrapping_add(1) << 32) | NIL as u64;
+            match self.free.compare_exchange_weak(head, new, Ordering::Acquire, Ordering::Acquire) {
+                Ok(_) => return head as u32,
+                Err(actual) => head = actual,
+            }
+        }
+    }
+
     /// Gives `index` back; the caller must own it and not use it afterwards.
     pub(crate) fn give(&self, index: u32) {
         self.slot(index).set_owned(index, false);
@@ -241,12 +260,91 @@ impl GiveBatch {
         self.len
     }
 
+    /// Whether the batch holds nothing.
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Gives every index of the batch back.
     pub(crate) fn flush<T: Default>(&mut self, pool: &Pool<T>) {
         if self.len > 0 {
             pool.give_chain(self.first, self.last);
             *self = GiveBatch::default();
         }
+    }
+}
+
+impl GiveBatch {
+    /// Moves every index of `other` into this batch (no atomics).
+    pub(crate) fn append<T: Default>(&mut self, pool: &Pool<T>, other: GiveBatch) {
+        if other.len == 0 {
+            return;
+        }
+        if self.len == 0 {
+            *self = other;
+            return;
+        }
+        pool.slot(other.last).next_free.store(self.first, Ordering::Relaxed);
+        self.first = other.first;
+        self.len += other.len;
+    }
+}
+
+/// Free indices held privately by one taker at a time (the caller
+/// guarantees that: the dispatcher's combiner, for variable blocks).
+///
+/// When it runs dry it detaches the pool's whole free list with one CAS, so
+/// a thread that takes an index per operation touches the shared head once
+/// per refill instead of once per take; giving threads batch their side
+/// with [`GiveBatch`]. Indices held here count as live in [`Pool::live`]
+/// until [`give_back`](Self::give_back).
+#[derive(Debug)]
+pub(crate) struct TakeCache {
+    head: u32,
+}
+
+impl Default for TakeCache {
+    fn default() -> Self {
+        TakeCache { head: NIL }
+    }
+}
+
+impl TakeCache {
+    /// Takes an index: a cached one, else one of a refill from the free
+    /// list, else a fresh one.
+    #[inline]
+    pub(crate) fn take<T: Default>(&mut self, pool: &Pool<T>) -> u32 {
+        if self.head == NIL {
+            self.head = pool.take_all();
+            if self.head == NIL {
+                return pool.take();
+            }
+        }
+        let index = self.head;
+        let slot = pool.slot(index);
+        // The detached chain is ours alone: its links were written before
+        // the gives that `take_all` acquired, and nobody gives them again.
+        self.head = slot.next_free.load(Ordering::Relaxed);
+        slot.set_owned(index, true);
+        index
+    }
+
+    /// Gives every cached index back to the pool.
+    pub(crate) fn give_back<T: Default>(&mut self, pool: &Pool<T>) {
+        if self.head == NIL {
+            return;
+        }
+        let mut last = self.head;
+        loop {
+            let next = pool.slot(last).next_free.load(Ordering::Relaxed);
+            if next == NIL {
+                break;
+            }
+            last = next;
+        }
+        pool.give_chain(self.head, last);
+        self.head = NIL;
     }
 }
 
@@ -321,6 +419,37 @@ mod tests {
     }
 
     #[test]
+    fn take_cache_refills_from_the_free_list_and_gives_back() {
+        let pool: Pool<u64> = Pool::new();
+        let taken: Vec<u32> = (0..40).map(|_| pool.take()).collect();
+        let mut batch = GiveBatch::default();
+        for &i in &taken[..30] {
+            batch.add(&pool, i);
+        }
+        let mut more = GiveBatch::default();
+        for &i in &taken[30..] {
+            more.add(&pool, i);
+        }
+        batch.append(&pool, more);
+        batch.flush(&pool);
+        assert_eq!(pool.live(), 0);
+        let mut cache = TakeCache::default();
+        let again: HashSet<u32> = (0..40).map(|_| cache.take(&pool)).collect();
+        assert_eq!(again, taken.iter().copied().collect(), "one refill holds every freed index");
+        assert_eq!(pool.capacity_used(), 40, "no fresh index while cached ones remain");
+        let fresh = cache.take(&pool);
+        assert_eq!(fresh, 40, "a dry cache and an empty free list take a fresh index");
+        for i in again.into_iter().take(10) {
+            pool.give(i);
+        }
+        let one = cache.take(&pool);
+        assert_eq!(pool.live(), 41, "a refill detaches the whole free list; cached indices count as live");
+        pool.give(one);
+        cache.give_back(&pool);
+        assert_eq!(pool.live(), 31, "given back: only the 31 still held by the test");
+    }
+
+    #[test]
     fn batched_give_returns_every_index() {
         let pool: Pool<u64> = Pool::new();
         let taken: Vec<u32> = (0..100).map(|_| pool.take()).collect();
@@ -372,6 +501,34 @@ mod loom_models {
             other.join().unwrap();
             assert_eq!(pool.live(), 0);
             assert!(pool.capacity_used() <= 4, "at most two indices held per thread");
+        });
+    }
+
+    /// A taker refilling its private cache from the free list races with a
+    /// thread taking and giving one index at a time: still one owner each.
+    #[test]
+    fn a_cache_refill_and_single_takes_never_share_an_index() {
+        loom::model(|| {
+            let pool: Arc<Pool<AtomicU32>> = Arc::new(Pool::new());
+            let (a, b, c) = (pool.take(), pool.take(), pool.take());
+            for i in [c, b, a] {
+                pool.give(i);
+            }
+            let other = {
+                let pool = pool.clone();
+                loom::thread::spawn(move || churn(&pool, 2))
+            };
+            let mut cache = TakeCache::default();
+            let (x, y) = (cache.take(&*pool), cache.take(&*pool));
+            pool.get(x).store(1, Ordering::Relaxed);
+            pool.get(y).store(1, Ordering::Relaxed);
+            other.join().unwrap();
+            assert_eq!(pool.get(x).load(Ordering::Relaxed), 1, "index {x} handed out twice");
+            assert_eq!(pool.get(y).load(Ordering::Relaxed), 1, "index {y} handed out twice");
+            pool.give(x);
+            pool.give(y);
+            cache.give_back(&*pool);
+            assert_eq!(pool.live(), 0);
         });
     }
 }

@@ -26,6 +26,7 @@ use crate::error::{panic_message, OpError};
 use crate::inline_fn::Outcome;
 use crate::operator::OperatorBody;
 use crate::opr::{Body, Meta, OprBlock, OprKind};
+use crate::pool::GiveBatch;
 use crate::sync::Ordering;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -203,6 +204,7 @@ impl Core {
             return; // never appended to any queue
         }
         let changes_values = matches!(meta.kind, OprKind::User | OprKind::DeleteVar);
+        let mut freed = GiveBatch::EMPTY;
         for d in deps {
             let slot = self.vars.get(d.slot());
             // SAFETY: this operation holds exactly this access (so the write
@@ -210,7 +212,7 @@ impl Core {
             // granted next on this variable sees the recorded outcome; an
             // operation also waiting on a later variable of ours is not
             // granted that one before its outcome is recorded too.
-            let granted = unsafe {
+            let mut granted = unsafe {
                 if d.writes() && changes_values {
                     slot.finish_write(failure);
                 }
@@ -220,14 +222,16 @@ impl Core {
                     slot.queue.complete_read(&self.blocks)
                 }
             };
-            for next in granted {
+            for next in granted.by_ref() {
                 self.grant(next, meta.ticket);
             }
+            freed.append(&self.blocks, granted.take_freed());
             if meta.kind == OprKind::DeleteVar {
                 // The deletion held the variable's last access.
                 self.free_var(d.slot());
             }
         }
+        self.retire_var_blocks(freed);
     }
 
     /// Drops an asynchronous block's reference; the last one finishes it.

@@ -1,6 +1,6 @@
 #![doc = include_str!("../docs/var-queue.md")]
 
-use crate::pool::{Pool, NIL};
+use crate::pool::{GiveBatch, Pool, TakeCache, NIL};
 use crate::sync::{AtomicU64, Ordering, UnsafeCell};
 
 const READERS_MASK: u64 = 0xFFFF_FFFF;
@@ -71,10 +71,26 @@ unsafe impl Sync for VarQueue {}
 
 /// The result of one completing access: the operations it granted, at most
 /// one write or any number of reads (a run of consecutive queued reads).
+///
+/// Each granted block is read once and collected in `freed`; the caller may
+/// take that batch ([`take_freed`](Self::take_freed)) to give it back later
+/// with others, or let the drop give it back at once.
 pub(crate) struct Granted<'a> {
     blocks: &'a Pool<VarBlock>,
     next: u32,
     left: u64,
+    freed: GiveBatch,
+}
+
+impl<'a> Granted<'a> {
+    fn new(blocks: &'a Pool<VarBlock>, next: u32, left: u64) -> Self {
+        Granted { blocks, next, left, freed: GiveBatch::EMPTY }
+    }
+
+    /// The blocks of the operations granted so far, now the caller's to give back.
+    pub(crate) fn take_freed(&mut self) -> GiveBatch {
+        std::mem::take(&mut self.freed)
+    }
 }
 
 impl Iterator for Granted<'_> {
@@ -90,7 +106,7 @@ impl Iterator for Granted<'_> {
         // SAFETY: the block was counted and granted by the CAS that created
         // this iterator; the granter (us) is its only owner (invariant 4).
         let (opr, _, next) = unsafe { self.blocks.get(b).read() };
-        self.blocks.give(b);
+        self.freed.add(self.blocks, b);
         self.next = next;
         Some(opr)
     }
@@ -99,6 +115,7 @@ impl Iterator for Granted<'_> {
 impl Drop for Granted<'_> {
     fn drop(&mut self) {
         debug_assert!(self.left == 0 || std::thread::panicking(), "granted operations dropped");
+        self.freed.flush(self.blocks);
     }
 }
 
@@ -150,7 +167,8 @@ impl VarQueue {
     /// # Safety
     /// Only the dispatcher may call this, one call at a time per queue (the
     /// appender owns the sentinel), on a queue that was [`reset`](Self::reset).
-    pub(crate) unsafe fn append(&self, blocks: &Pool<VarBlock>, opr: u32, write: bool) -> bool {
+    /// `spares` supplies the empty block linked behind a queued access.
+    pub(crate) unsafe fn append(&self, blocks: &Pool<VarBlock>, spares: &mut TakeCache, opr: u32, write: bool) -> bool {
         let mut state = self.state.load(Ordering::Acquire);
         let mut filled = false;
         loop {
@@ -176,7 +194,7 @@ impl VarQueue {
                     block.opr.with_mut(|p| *p = opr);
                     block.write.with_mut(|p| *p = write);
                     if block.next.with(|p| *p) == NIL {
-                        let spare = blocks.take();
+                        let spare = spares.take(blocks);
                         blocks.get(spare).next.with_mut(|p| *p = NIL);
                         block.next.with_mut(|p| *p = spare);
                     }
@@ -219,7 +237,7 @@ impl VarQueue {
                     // block is a counted write (invariant 3).
                     return unsafe { self.take_granted(blocks, 1) };
                 }
-                Ok(_) => return Granted { blocks, next: NIL, left: 0 },
+                Ok(_) => return Granted::new(blocks, NIL, 0),
                 Err(actual) => state = actual,
             }
         }
@@ -251,7 +269,7 @@ impl VarQueue {
                 // Nothing granted: the CAS released the queue, so this thread
                 // must not touch `first_waiting` again (a later granter may
                 // already own it; a late store would roll it back).
-                Ok(_) if granted == 0 => return Granted { blocks, next: NIL, left: 0 },
+                Ok(_) if granted == 0 => return Granted::new(blocks, NIL, 0),
                 Ok(_) => {
                     let count = if granted == WRITE_GROUP { 1 } else { granted };
                     // SAFETY: our CAS made us the granter of `count` blocks.
@@ -305,7 +323,7 @@ impl VarQueue {
             debug_assert!(b != NIL, "granting {count} from block {first} walked off the chain");
             // Must precede handing any granted operation on (module docs).
             self.first_waiting.with_mut(|p| *p = b);
-            Granted { blocks, next: first, left: count }
+            Granted::new(blocks, first, count)
         }
     }
 
@@ -331,18 +349,19 @@ mod tests {
     fn reads_share_writes_wait_in_order() {
         let blocks = Pool::new();
         let q = queue(&blocks);
+        let mut spares = TakeCache::default();
         // SAFETY: single-threaded; every completion matches a granted access.
         unsafe {
-            assert!(q.append(&blocks, 1, false), "first read granted");
-            assert!(q.append(&blocks, 2, false), "second read joins");
-            assert!(!q.append(&blocks, 3, true), "write waits for reads");
-            assert!(!q.append(&blocks, 4, false), "read waits for the write");
-            assert!(!q.append(&blocks, 5, false));
-            assert!(!q.append(&blocks, 6, true));
+            assert!(q.append(&blocks, &mut spares, 1, false), "first read granted");
+            assert!(q.append(&blocks, &mut spares, 2, false), "second read joins");
+            assert!(!q.append(&blocks, &mut spares, 3, true), "write waits for reads");
+            assert!(!q.append(&blocks, &mut spares, 4, false), "read waits for the write");
+            assert!(!q.append(&blocks, &mut spares, 5, false));
+            assert!(!q.append(&blocks, &mut spares, 6, true));
             assert_eq!(q.complete_read(&blocks).collect::<Vec<_>>(), Vec::<u32>::new());
             assert_eq!(q.complete_read(&blocks).collect::<Vec<_>>(), vec![3]);
             assert_eq!(q.complete_write(&blocks).collect::<Vec<_>>(), vec![4, 5]);
-            assert!(!q.append(&blocks, 7, false), "read behind a queued write waits");
+            assert!(!q.append(&blocks, &mut spares, 7, false), "read behind a queued write waits");
             assert_eq!(q.complete_read(&blocks).collect::<Vec<_>>(), Vec::<u32>::new());
             assert_eq!(q.complete_read(&blocks).collect::<Vec<_>>(), vec![6]);
             assert_eq!(q.complete_write(&blocks).collect::<Vec<_>>(), vec![7]);
@@ -350,6 +369,7 @@ mod tests {
             assert!(q.is_idle());
             q.release(&blocks);
         }
+        spares.give_back(&blocks);
         assert_eq!(blocks.live(), 0, "every block returned");
     }
 
@@ -378,12 +398,14 @@ mod tests {
         };
         std::thread::scope(|s| {
             s.spawn(|| {
+                let mut spares = TakeCache::default();
                 for op in 0..OPS {
                     // SAFETY: the only appender.
-                    if unsafe { q.append(&blocks, op, is_write(op)) } {
+                    if unsafe { q.append(&blocks, &mut spares, op, is_write(op)) } {
                         start(op);
                     }
                 }
+                spares.give_back(&blocks);
             });
             for _ in 0..2 {
                 s.spawn(|| {
@@ -459,8 +481,13 @@ mod loom_models {
         /// Appends `ops` in order (the single appender); returns the ones
         /// granted at once.
         fn append(&self, ops: std::ops::Range<u32>) -> Vec<u32> {
+            let mut spares = TakeCache::default();
             // SAFETY: each model has one appending thread at a time.
-            ops.filter(|&op| unsafe { self.queue.append(&self.blocks, op, self.writes[op as usize]) }).collect()
+            let granted =
+                ops.filter(|&op| unsafe { self.queue.append(&self.blocks, &mut spares, op, self.writes[op as usize]) });
+            let granted = granted.collect();
+            spares.give_back(&self.blocks);
+            granted
         }
 
         /// Starts and completes the granted operations in `mine`, and

@@ -1,8 +1,9 @@
 //! Per-worker batching of the shared bookkeeping that ends an operation.
 //!
-//! Finishing an operation gives its block back to the pool and decrements
-//! the engine's pending count: two writes to cache lines that the pushing
-//! thread also writes for every push. A worker thread instead collects both
+//! Finishing an operation gives its block and the variable blocks of the
+//! operations it granted back to their pools and decrements the engine's
+//! pending count: writes to cache lines that the pushing thread also writes
+//! for every push. A worker thread instead collects both
 //! locally and publishes them every [`BATCH_LEN`] operations and whenever it
 //! runs out of work, so those lines cross cores once per batch.
 //!
@@ -23,18 +24,20 @@ struct WorkerBatch {
     /// The core this thread works for (null: not a worker, no batching).
     core: *const Core,
     blocks: GiveBatch,
+    var_blocks: GiveBatch,
     done: u64,
 }
 
 impl WorkerBatch {
     /// An empty batch for `core` (null: not a worker).
     const fn empty(core: *const Core) -> Self {
-        WorkerBatch { core, blocks: GiveBatch::EMPTY, done: 0 }
+        WorkerBatch { core, blocks: GiveBatch::EMPTY, var_blocks: GiveBatch::EMPTY, done: 0 }
     }
 
     /// Gives the blocks back and counts the operations finished.
     fn publish(&mut self, core: &Core) {
         self.blocks.flush(&core.oprs);
+        self.var_blocks.flush(&core.blocks);
         core.count_finished(self.done);
         self.done = 0;
     }
@@ -81,6 +84,23 @@ impl Core {
             if b.blocks.add(&self.oprs, op) >= BATCH_LEN {
                 b.publish(self);
             }
+            cell.set(b);
+        });
+    }
+
+    /// Gives back the variable blocks a completion collected — batched on
+    /// this core's workers (published with the next batch), at once elsewhere.
+    pub(crate) fn retire_var_blocks(&self, mut freed: GiveBatch) {
+        if freed.is_empty() {
+            return;
+        }
+        BATCH.with(|cell| {
+            let mut b = cell.get();
+            if !std::ptr::eq(b.core, self) {
+                freed.flush(&self.blocks);
+                return;
+            }
+            b.var_blocks.append(&self.blocks, freed);
             cell.set(b);
         });
     }

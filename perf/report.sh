@@ -6,8 +6,11 @@
 #
 # 1. scripts/setup.sh (hwloc), and the peers' compilers with apt (as root);
 # 2. builds the C++ peers of ../shared/peers/cxx where that directory exists
-#    (OpenMP on libgomp and on libomp, oneTBB flow graph, Taskflow); a peer
-#    that does not build is reported and left out;
+#    (OpenMP on libgomp and on libomp, oneTBB flow graph, Taskflow, StarPU)
+#    and MXNet's engine from ../shared/peers/mxnet (the mxnet 1.9.1 wheel's
+#    libmxnet.so, fetched with pip; run through perf/peers/mxnet.sh); a peer
+#    that does not build is reported and left out (NO_SLOW_PEERS=1 leaves
+#    out StarPU and MXNet, which take most of the run's time);
 # 3. runs the harness on every workload, every engine and every peer, each
 #    row PAIRS times with engines and peers in turn (default 3), writing
 #    perf/reports/<date>.{txt,json,svg,md};
@@ -17,6 +20,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PAIRS="${PAIRS:-3}"
 PEERS_DIR="${PEERS_DIR:-../shared/peers/cxx}"
+MXNET_DIR="${MXNET_DIR:-../shared/peers/mxnet}"
+SLOW="$([[ "${NO_SLOW_PEERS:-0}" == 1 ]] && echo 0 || echo 1)"
 BUILD="${BUILD_DIR:-/tmp/depengine-peers}"
 mkdir -p "$BUILD" perf/reports
 
@@ -25,7 +30,7 @@ peers=()
 if [[ -d "$PEERS_DIR" ]]; then
     if [[ $(id -u) -eq 0 ]]; then
         need=()
-        for p in g++ clang libomp-dev libtbb-dev; do dpkg -s "$p" >/dev/null 2>&1 || need+=("$p"); done
+        for p in g++ clang libomp-dev libtbb-dev libstarpu-dev pkg-config; do dpkg -s "$p" >/dev/null 2>&1 || need+=("$p"); done
         if ((${#need[@]})); then
             echo "== apt-get install ${need[*]}"
             apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
@@ -41,8 +46,35 @@ if [[ -d "$PEERS_DIR" ]]; then
     build omp-clang clang++ -O2 -std=c++17 -fopenmp "$PEERS_DIR/omp_tasks.cpp" -o "$BUILD/omp-clang"
     build tbb-flow g++ -O2 -std=c++17 -pthread "$PEERS_DIR/tbb_flow.cpp" -o "$BUILD/tbb-flow" -ltbb
     build taskflow g++ -O2 -std=c++20 -pthread -I"$PEERS_DIR/vendor/taskflow" "$PEERS_DIR/taskflow_peer.cpp" -o "$BUILD/taskflow"
+    if [[ $SLOW == 1 ]]; then
+        export STARPU_HOME=/tmp/starpu-home STARPU_SILENT=1
+        build starpu bash -c "g++ -O2 -std=c++17 -pthread '$PEERS_DIR/starpu_peer.cpp' -o '$BUILD/starpu' \$(pkg-config --cflags --libs starpu-1.3)"
+    fi
 else
     echo "== no peers: $PEERS_DIR does not exist (set PEERS_DIR); depengine's engines only"
+fi
+
+if [[ $SLOW == 1 && -d "$MXNET_DIR" ]]; then
+    # The real MXNet engine: the wheel holds libmxnet.so and its C++ headers
+    # (built with the old C++ ABI, hence the flag; see mxbench.cc).
+    mxbuild() {
+        local pkg="$BUILD/mxnet-wheel/mxnet"
+        if [[ ! -f "$pkg/libmxnet.so" ]]; then
+            python3 -m pip download -q --no-deps --only-binary=:all: --platform manylinux2014_x86_64 \
+                --python-version 3.11 mxnet==1.9.1 -d "$BUILD/mxnet-dl" &&
+                rm -rf "$BUILD/mxnet-wheel" && mkdir -p "$BUILD/mxnet-wheel" &&
+                python3 -m zipfile -e "$BUILD"/mxnet-dl/mxnet-1.9.1-*.whl "$BUILD/mxnet-wheel" || return 1
+        fi
+        g++ -std=c++14 -O2 -w -D_GLIBCXX_USE_CXX11_ABI=0 -DMSHADOW_USE_CUDA=0 -DMSHADOW_USE_MKL=0 \
+            -DMSHADOW_USE_CBLAS=0 -DMXNET_USE_CUDA=0 -DDMLC_USE_CXX11=1 -I"$pkg/include" \
+            -I"$pkg/include/mshadow" -I"$pkg/include/dlpack" "$MXNET_DIR/mxbench.cc" -o "$BUILD/mxbench" \
+            -L"$pkg" -lmxnet -Wl,-rpath,"$pkg" -lpthread
+    }
+    echo "== building MXNet's engine harness from $MXNET_DIR"
+    if mxbuild >"$BUILD/mxnet.log" 2>&1; then
+        export MXBENCH="$BUILD/mxbench"
+        peers+=(--peer "mxnet=perf/peers/mxnet.sh"); echo "   built peer mxnet"
+    else echo "   !! peer mxnet did not build (see $BUILD/mxnet.log): left out"; fi
 fi
 
 stamp="perf/reports/$(date +%Y-%m-%d)"

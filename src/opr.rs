@@ -184,8 +184,14 @@ pub(crate) struct Meta {
 /// One pushed operation (see the module docs for who owns what when).
 /// Cache-line aligned: the pusher fills one block while a worker finishes
 /// its neighbour, and they must not share a line.
+///
+/// `repr(C)` so that the fields every operation touches come first and fill
+/// the first four cache lines (the atomics, `deps`, `meta`, `body`: 240
+/// bytes); `prof` and `diag`, touched only when profiling or diagnosing, sit
+/// in the lines after them. Each line an operation touches crosses cores
+/// twice per operation (pusher → worker, worker → next pusher).
 #[derive(Default)]
-#[repr(align(64))]
+#[repr(C, align(64))]
 pub(crate) struct OprBlock {
     /// Variables not yet granted, plus one held by the dispatcher until it
     /// has appended to every queue. Whoever takes it to zero runs the block.
@@ -199,9 +205,9 @@ pub(crate) struct OprBlock {
     /// Debug builds: the lifecycle phase, checked at every transition.
     #[cfg(debug_assertions)]
     pub(crate) phase: AtomicU8,
-    pub(crate) body: UnsafeCell<Body>,
     pub(crate) deps: UnsafeCell<DepList>,
     pub(crate) meta: UnsafeCell<Meta>,
+    pub(crate) body: UnsafeCell<Body>,
     /// Profiled operations' timestamps (untouched otherwise).
     pub(crate) prof: ProfStamps,
     /// Hang diagnosis' copy of the operation (untouched when it is off).
@@ -266,5 +272,17 @@ impl OprBlock {
     pub(crate) unsafe fn meta_mut(&self) -> &mut Meta {
         // SAFETY: per the contract.
         unsafe { &mut *self.meta.with_mut(|p| p) }
+    }
+}
+
+#[cfg(all(test, not(depengine_loom), not(debug_assertions)))]
+mod layout {
+    use super::*;
+    use std::mem::offset_of;
+
+    #[test]
+    fn the_hot_fields_fill_the_first_four_lines() {
+        assert!(offset_of!(OprBlock, body) + std::mem::size_of::<Body>() <= 256);
+        assert!(offset_of!(OprBlock, prof) >= 240 && offset_of!(OprBlock, diag) > offset_of!(OprBlock, prof));
     }
 }

@@ -35,7 +35,7 @@ mod chart;
 mod measure;
 mod workloads;
 
-use depengine::{Engine, EngineKind, Var};
+use depengine::{Engine, EngineBuilder, EngineKind, Var};
 use measure::{allocations, machine, median, peak_rss_mb, reset_peak_rss, CountingAlloc};
 use std::fmt::Write as _;
 use std::process::Command;
@@ -134,7 +134,10 @@ fn parse_args() -> Options {
 }
 
 fn build_engine(kind: EngineKind, row: &str, o: &Options) -> Engine {
-    let mut b = Engine::builder().kind(kind).cpu_workers(o.threads).pin(o.pin);
+    // The DEPENGINE_* variables apply (e.g. DEPENGINE_MAX_PENDING); the
+    // harness's own options override them.
+    let base = EngineBuilder::from_env().unwrap_or_else(|e| usage(&format!("DEPENGINE_* environment: {e}")));
+    let mut b = base.kind(kind).cpu_workers(o.threads).pin(o.pin);
     if let Some(us) = o.spin_us {
         b = b.spin(Duration::from_micros(us));
     }

@@ -34,15 +34,33 @@ pub(crate) struct Sleep {
     /// 1 while a wake-up is in flight: later producers skip theirs until a
     /// parking or woken worker clears it.
     waking: CachePadded<AtomicU32>,
+    /// With `pinned_workers`: 1 once a producer has skipped its wake-up
+    /// because a worker was spinning, until the spinner polls again. A
+    /// producer that finds it still set wakes a sleeper after all: the
+    /// spinner has not run since (pinned to a core a busy thread shares,
+    /// e.g. the pusher's), so relying on it would leave an idle core idle.
+    unseen: CachePadded<AtomicU32>,
+    pinned_workers: bool,
 }
 
 impl Default for Sleep {
     fn default() -> Self {
+        Sleep::new(false)
+    }
+}
+
+impl Sleep {
+    /// The rendezvous of a pool whose workers are pinned to cores (then a
+    /// spinner may be kept off the CPU by a thread sharing its core, see
+    /// `unseen`) or free to move (the scheduler moves them instead).
+    pub(crate) fn new(pinned_workers: bool) -> Self {
         Sleep {
             epoch: CachePadded::new(AtomicU32::new(0)),
             sleepers: CachePadded::new(AtomicU32::new(0)),
             spinning: CachePadded::new(AtomicU32::new(0)),
             waking: CachePadded::new(AtomicU32::new(0)),
+            unseen: CachePadded::new(AtomicU32::new(0)),
+            pinned_workers,
         }
     }
 }
@@ -52,6 +70,17 @@ impl Sleep {
     pub(crate) fn try_start_spinning(&self) -> bool {
         self.spinning.load(Ordering::Relaxed) == 0
             && self.spinning.compare_exchange(0, 1, Ordering::SeqCst, Ordering::Relaxed).is_ok()
+    }
+
+    /// The spinning state: [`spin_for`] `spin`, polling `found`, and telling
+    /// producers at each poll that the spinner is running (see `unseen`).
+    pub(crate) fn spin(&self, spin: Duration, found: impl Fn() -> bool) -> bool {
+        spin_for(spin, || {
+            if self.unseen.load(Ordering::Relaxed) != 0 {
+                self.unseen.store(0, Ordering::Relaxed);
+            }
+            found()
+        })
     }
 
     /// **spinning → running / parking**.
@@ -83,14 +112,24 @@ impl Sleep {
     }
 
     /// Work was published: wakes one parked worker unless one is spinning
-    /// or a wake-up is already in flight (the woken worker will find this
-    /// work too, and wakes another if more is left). Returns whether it
-    /// issued a wake-up.
+    /// (and has polled since the last producer relied on it) or a wake-up
+    /// is already in flight (the woken worker will find this work too, and
+    /// wakes another if more is left). Returns whether it issued a wake-up.
     #[inline]
     pub(crate) fn notify_one(&self) -> bool {
         fence(Ordering::SeqCst);
-        if self.spinning.load(Ordering::Relaxed) == 0
-            && self.sleepers.load(Ordering::Relaxed) > 0
+        if self.spinning.load(Ordering::Relaxed) != 0 {
+            if !self.pinned_workers {
+                return false;
+            }
+            // Only ever adds wake-ups to the protocol below, so it cannot
+            // lose one; a plain load and store are enough for a hint.
+            if self.unseen.load(Ordering::Relaxed) == 0 {
+                self.unseen.store(1, Ordering::Relaxed);
+                return false;
+            }
+        }
+        if self.sleepers.load(Ordering::Relaxed) > 0
             && self.waking.load(Ordering::Relaxed) == 0
             && self.waking.swap(1, Ordering::SeqCst) == 0
         {

@@ -50,7 +50,7 @@
 //! left waiting while a worker sleeps.
 
 use super::inline::{run_inline, run_queued_one};
-use super::park::{spin_for, Sleep};
+use super::park::Sleep;
 use super::priority::PriorityPool;
 use super::ready_ring::ReadyRing;
 use super::AbortOnUnwind;
@@ -134,7 +134,7 @@ impl PerDeviceExecutor {
             pinned: (0..workers).map(|i| pin.then(|| cpu(i).os_index)).collect(),
             injectors: (0..topology.nodes).map(|_| ReadyRing::new(INJECTOR_CAPACITY)).collect(),
             priority: PriorityPool::default(),
-            sleep: Sleep::default(),
+            sleep: Sleep::new(pin),
             priority_workers,
             priority_sleep: Sleep::default(),
             stop: AtomicBool::new(false),
@@ -248,7 +248,7 @@ impl Shared {
     /// then parks until work is published. Returns `false` when stopping.
     fn idle(&self) -> bool {
         if self.sleep.try_start_spinning() {
-            let found = spin_for(self.spin, || self.has_work());
+            let found = self.sleep.spin(self.spin, || self.has_work());
             self.sleep.stop_spinning();
             if found {
                 // Publishers skip the wake-up while a worker spins, so the

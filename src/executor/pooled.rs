@@ -14,7 +14,7 @@
 //! Idle workers spin for the configured time, then park (`park.rs`).
 
 use super::inline::{run_inline, run_queued_one};
-use super::park::{spin_for, Sleep};
+use super::park::Sleep;
 use super::ready_ring::ReadyRing;
 use super::AbortOnUnwind;
 use super::{Executor, WorkerThreads};
@@ -106,7 +106,7 @@ impl WorkerPool {
     /// the pool is stopping.
     fn idle(&self) -> bool {
         if self.sleep.try_start_spinning() {
-            let found = spin_for(self.spin, || !self.ring.is_empty());
+            let found = self.sleep.spin(self.spin, || !self.ring.is_empty());
             self.sleep.stop_spinning();
             if found {
                 // More than the one we will take: another worker may help.

@@ -15,7 +15,10 @@
 #    row PAIRS times with engines and peers in turn (default 3), writing
 #    perf/reports/<date>.{txt,json,svg,md};
 # 4. replaces the part of PERF.md between `<!-- report:begin -->` and
-#    `<!-- report:end -->` with the markdown tables.
+#    `<!-- report:end -->` with the markdown tables;
+# 5. runs the criterion suite of the engine's parts and puts its medians
+#    between `<!-- floors:begin -->` and `<!-- floors:end -->` (NO_BENCH=1
+#    skips it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PAIRS="${PAIRS:-3}"
@@ -84,10 +87,25 @@ echo "== depengine-perf → $stamp.{txt,json,svg,md}"
 cargo run --release -q -p depengine-perf -- "${quick[@]}" --pairs "$PAIRS" "${peers[@]}" \
     --json "$stamp.json" --svg "$stamp.svg" --markdown "$stamp.md" | tee "$stamp.txt"
 
-grep -q '<!-- report:begin -->' PERF.md && grep -q '<!-- report:end -->' PERF.md || { echo "PERF.md has no report markers" >&2; exit 1; }
-awk -v table="$stamp.md" '
-    /<!-- report:end -->/ { skipping = 0 }
-    !skipping { print }
-    /<!-- report:begin -->/ { while ((getline line < table) > 0) print line; skipping = 1 }
-' PERF.md > PERF.md.new && mv PERF.md.new PERF.md
-echo "PERF.md: the report section now holds $stamp.md"
+# Replaces what lies between `<!-- NAME:begin -->` and `<!-- NAME:end -->` in PERF.md.
+splice() { # name, file
+    grep -q "<!-- $1:begin -->" PERF.md && grep -q "<!-- $1:end -->" PERF.md || { echo "PERF.md has no $1 markers" >&2; exit 1; }
+    awk -v table="$2" -v begin="<!-- $1:begin -->" -v end="<!-- $1:end -->" '
+        index($0, end) { skipping = 0 }
+        !skipping { print }
+        index($0, begin) { while ((getline line < table) > 0) print line; skipping = 1 }
+    ' PERF.md > PERF.md.new && mv PERF.md.new PERF.md
+    echo "PERF.md: the $1 section now holds $2"
+}
+splice report "$stamp.md"
+
+# 5. the one-thread floors of the parts: the criterion suite (NO_BENCH=1 skips).
+if [[ "${NO_BENCH:-0}" != 1 ]]; then
+    echo "== criterion floors: cargo bench -p depengine --features bench-internals"
+    rm -rf target/criterion
+    bench_args=()
+    [[ "${QUICK:-0}" == 1 ]] && bench_args=(-- --quick)
+    cargo bench -q -p depengine --features bench-internals "${bench_args[@]}" > "$stamp.bench.txt" 2>&1
+    python3 perf/floors.py target/criterion > "$stamp.floors.md"
+    splice floors "$stamp.floors.md"
+fi

@@ -432,6 +432,35 @@ fn markdown(rows: &[Row], ratios: &[Ratio], o: &Options) -> String {
         }
         s.push('\n');
     }
+    let ours: Vec<&Row> = rows.iter().filter(|r| r.allocs_per_op.is_some() && r.pingpong.is_none()).collect();
+    if !ours.is_empty() {
+        let _ = writeln!(
+            s,
+            "### depengine: heap allocations per operation, and the process's peak RSS (MB) after the row
+"
+        );
+        let _ = writeln!(s, "| workload | W | {} |", engines_of(&ours).join(" | "));
+        let _ = writeln!(s, "|---|---|{}", "---|".repeat(engines_of(&ours).len()));
+        let mut seen: Vec<(&str, u32)> = Vec::new();
+        for r in &ours {
+            if seen.contains(&(r.workload.as_str(), r.w)) {
+                continue;
+            }
+            seen.push((&r.workload, r.w));
+            let cells: Vec<String> = engines_of(&ours)
+                .iter()
+                .map(|e| {
+                    ours.iter()
+                        .find(|x| x.engine == *e && x.workload == r.workload && x.w == r.w)
+                        .map_or("–".to_owned(), |x| {
+                            format!("{} · {}", fmt_opt(x.allocs_per_op, 3), fmt_opt(x.rss_mb, 0))
+                        })
+                })
+                .collect();
+            let _ = writeln!(s, "| {} | {} | {} |", r.workload, r.w, cells.join(" | "));
+        }
+        s.push('\n');
+    }
     let pp: Vec<&Row> = rows.iter().filter(|r| r.pingpong.is_some()).collect();
     if !pp.is_empty() {
         let _ = writeln!(s, "### pingpong, ns\n\n| engine | p50 | p99 | p99.9 |\n|---|---|---|---|");
@@ -449,6 +478,17 @@ fn markdown(rows: &[Row], ratios: &[Ratio], o: &Options) -> String {
         }
     }
     s
+}
+
+/// The engines (or peers) of `rows`, in order of first appearance.
+fn engines_of<'a>(rows: &[&'a Row]) -> Vec<&'a str> {
+    let mut names: Vec<&str> = Vec::new();
+    for r in rows {
+        if !names.contains(&r.engine.as_str()) {
+            names.push(&r.engine);
+        }
+    }
+    names
 }
 
 fn json(rows: &[Row], o: &Options) -> String {

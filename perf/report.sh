@@ -105,7 +105,7 @@ if [[ "${NO_BENCH:-0}" != 1 ]]; then
     rm -rf target/criterion
     bench_args=()
     [[ "${QUICK:-0}" == 1 ]] && bench_args=(-- --quick)
-    cargo bench -q -p depengine --features bench-internals "${bench_args[@]}" > "$stamp.bench.txt" 2>&1
+    cargo bench -q -p depengine --features bench-internals --bench '*' "${bench_args[@]}" > "$stamp.bench.txt" 2>&1
     python3 perf/floors.py target/criterion > "$stamp.floors.md"
     splice floors "$stamp.floors.md"
 fi

@@ -2,8 +2,9 @@
 //! called from `benches/*.rs`. They live inside the crate because the parts
 //! are private; each function registers one family of benchmarks.
 //!
-//! Run: `cargo bench -p depengine --features bench-internals` (the whole
-//! suite takes a few minutes; add `-- --quick` for a smoke run).
+//! Run: `cargo bench -p depengine --features bench-internals --bench '*'`
+//! (about a minute; `-- --quick` after it for a smoke run: `--bench '*'`
+//! keeps the library's own test harness, which has no such flag, out).
 
 use crate::context::{Context, RunContext};
 use crate::executor::park::Sleep;

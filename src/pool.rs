@@ -485,18 +485,24 @@ mod loom_models {
         pool.give(y);
     }
 
+    /// A pool with three free indices, and a second thread churning on it.
+    fn pool_with_a_churner() -> (Arc<Pool<AtomicU32>>, loom::thread::JoinHandle<()>) {
+        let pool: Arc<Pool<AtomicU32>> = Arc::new(Pool::new());
+        let (a, b, c) = (pool.take(), pool.take(), pool.take());
+        for i in [c, b, a] {
+            pool.give(i);
+        }
+        let other = {
+            let pool = pool.clone();
+            loom::thread::spawn(move || churn(&pool, 2))
+        };
+        (pool, other)
+    }
+
     #[test]
     fn cross_thread_give_and_take_never_share_an_index() {
         loom::model(|| {
-            let pool: Arc<Pool<AtomicU32>> = Arc::new(Pool::new());
-            let (a, b, c) = (pool.take(), pool.take(), pool.take());
-            for i in [c, b, a] {
-                pool.give(i);
-            }
-            let other = {
-                let pool = pool.clone();
-                loom::thread::spawn(move || churn(&pool, 2))
-            };
+            let (pool, other) = pool_with_a_churner();
             churn(&pool, 1);
             other.join().unwrap();
             assert_eq!(pool.live(), 0);
@@ -509,15 +515,7 @@ mod loom_models {
     #[test]
     fn a_cache_refill_and_single_takes_never_share_an_index() {
         loom::model(|| {
-            let pool: Arc<Pool<AtomicU32>> = Arc::new(Pool::new());
-            let (a, b, c) = (pool.take(), pool.take(), pool.take());
-            for i in [c, b, a] {
-                pool.give(i);
-            }
-            let other = {
-                let pool = pool.clone();
-                loom::thread::spawn(move || churn(&pool, 2))
-            };
+            let (pool, other) = pool_with_a_churner();
             let mut cache = TakeCache::default();
             let (x, y) = (cache.take(&*pool), cache.take(&*pool));
             pool.get(x).store(1, Ordering::Relaxed);

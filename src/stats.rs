@@ -17,6 +17,7 @@
 //! and modelling them would only multiply the interleavings loom explores.
 
 use crate::engine::PoolStats;
+use crate::executor::park::Sleep;
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -188,6 +189,25 @@ pub(crate) struct ExecutorCounters {
 }
 
 impl ExecutorCounters {
+    /// Wakes a parked worker of `sleep` unless the protocol says no one
+    /// needs it (`Sleep::notify_one`), counting the wake-ups issued.
+    #[inline]
+    pub(crate) fn wake_one(&self, sleep: &Sleep) {
+        if sleep.notify_one() {
+            self.wakeups.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Parks on `sleep` unless `has_work` (`Sleep::park`), counting the
+    /// times the worker actually slept; returns whether it did.
+    pub(crate) fn park(&self, sleep: &Sleep, has_work: impl Fn() -> bool) -> bool {
+        let slept = sleep.park(has_work);
+        if slept {
+            self.parks.fetch_add(1, Relaxed);
+        }
+        slept
+    }
+
     pub(crate) fn add_into(&self, s: &mut EngineStats) {
         s.parks += self.parks.load(Relaxed);
         s.wakeups += self.wakeups.load(Relaxed);

@@ -177,9 +177,7 @@ impl Shared {
     /// Wakes a parked worker unless one is spinning, counting it.
     #[inline]
     fn wake_one(&self) {
-        if self.sleep.notify_one() {
-            self.counters.wakeups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
+        self.counters.wake_one(&self.sleep);
     }
 
     /// Whether any queue may hold work (a hint, for spinning and parking).
@@ -262,8 +260,7 @@ impl Shared {
         if self.stop.load(Ordering::Acquire) {
             return false;
         }
-        if self.sleep.park(|| self.has_work() || self.stop.load(Ordering::SeqCst)) {
-            self.counters.parks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.counters.park(&self.sleep, || self.has_work() || self.stop.load(Ordering::SeqCst)) {
             // Producers skipped their wake-ups while ours was in flight:
             // pass one on if work is queued.
             if self.has_work() {
@@ -317,9 +314,7 @@ impl Shared {
                 break;
             }
             let has_work = || self.priority.may_have_work() || self.stop.load(Ordering::SeqCst);
-            if self.priority_sleep.park(has_work) {
-                self.counters.parks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            }
+            self.counters.park(&self.priority_sleep, has_work);
         }
         core.leave_worker();
     }

@@ -88,9 +88,7 @@ impl WorkerPool {
     /// Wakes a parked worker (unless one is spinning), counting it.
     #[inline]
     fn wake_one(&self) {
-        if self.sleep.notify_one() {
-            self.counters.wakeups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
+        self.counters.wake_one(&self.sleep);
     }
 
     fn next_ready(&self) -> Option<u32> {
@@ -119,8 +117,7 @@ impl WorkerPool {
         if self.stop.load(Ordering::Acquire) {
             return false;
         }
-        if self.sleep.park(|| !self.ring.is_empty() || self.stop.load(Ordering::SeqCst)) {
-            self.counters.parks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.counters.park(&self.sleep, || !self.ring.is_empty() || self.stop.load(Ordering::SeqCst)) {
             // Producers skipped their wake-ups while ours was in flight:
             // if more is queued than this worker will take, pass one on.
             if self.ring.len() > 1 {

@@ -43,7 +43,12 @@
 //! Idle workers spin (one at a time) and park (`park.rs`). Pushing to an
 //! injector or the priority pool wakes a parked worker unless one is
 //! spinning; a spinner that finds work wakes a parked worker before it
-//! takes it, since it may have been the only one told about several. A worker's own push
+//! takes it, since it may have been the only one told about several. A
+//! spinner leaves work that sits only in an injector alone for
+//! [`INJECTED_GRACE`] (300 ns): a thread that pushes an operation and then
+//! waits for it runs it itself when it gets there first (`help`), so the
+//! round trip stays on one core (pingpong p99 about 20 % lower, A/B in
+//! PERF.md); work in deques or the priority pool is taken at once. A worker's own push
 //! wakes one only when its deque already held work or the push comes from
 //! inside a running body (which may run long): a chain released by
 //! completions never pays for a wake-up, and otherwise nothing ready is
@@ -65,7 +70,7 @@ use crossbeam_deque::{Steal, Stealer, Worker};
 use std::cell::Cell;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Operations a worker keeps in its own deque (crossbeam's initial
 /// capacity, so the deque never reallocates).
@@ -111,6 +116,10 @@ crate::sync::thread_local! {
     /// The NUMA node a non-worker thread pushes to (`usize::MAX`: not yet read).
     static HOME_NODE: Cell<usize> = const { Cell::new(usize::MAX) };
 }
+
+/// How long a spinning worker leaves an operation that a non-worker thread
+/// pushed to an injector to that thread (see `Shared::idle`).
+const INJECTED_GRACE: Duration = Duration::from_nanos(300);
 
 /// The per_device CPU executor (see the module docs).
 pub(crate) struct PerDeviceExecutor {
@@ -246,7 +255,24 @@ impl Shared {
     /// then parks until work is published. Returns `false` when stopping.
     fn idle(&self) -> bool {
         if self.sleep.try_start_spinning() {
-            let found = self.sleep.spin(self.spin, || self.has_work());
+            // Work that only sits in an injector was pushed by a thread that
+            // is not a worker, and that thread may be about to wait for it
+            // and run it itself (`help`): the spinner leaves it alone for
+            // `INJECTED_GRACE` first, so that such a round trip stays on
+            // one core.
+            let since: Cell<Option<Instant>> = Cell::new(None);
+            let found = self.sleep.spin(self.spin, || {
+                if !self.has_work() {
+                    since.set(None);
+                    return false;
+                }
+                if self.priority.may_have_work() || self.stealers.iter().any(|s| !s.is_empty()) {
+                    return true;
+                }
+                let first = *since.get().get_or_insert_with(Instant::now);
+                since.set(Some(first));
+                first.elapsed() >= INJECTED_GRACE
+            });
             self.sleep.stop_spinning();
             if found {
                 // Publishers skip the wake-up while a worker spins, so the

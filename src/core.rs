@@ -487,9 +487,28 @@ impl Core {
         self.diag_wait_end(watched);
     }
 
-    /// Pushes a marker reading (or writing) `var` and blocks until it runs;
-    /// returns the failure `var`'s value holds then.
+    /// Blocks until every operation pushed so far that `var`'s wait must
+    /// follow has finished (the writes; for `write`, the reads too); returns
+    /// the failure `var`'s value holds then.
+    ///
+    /// When `var` has nothing of the sort in flight — at once, or after
+    /// this thread has helped run one ready operation (the one it just
+    /// pushed, typically) — it answers without queuing anything; otherwise
+    /// it pushes a marker reading (or writing) `var` and blocks until the
+    /// marker runs.
     pub(crate) fn wait_var(&self, var: Var, write: bool) -> Result<(), EngineError> {
+        // Keep this thread's order: its bulked pushes go first.
+        crate::bulk::flush_for(self)?;
+        for attempt in 0..2 {
+            if let Some(answer) = self.wait_var_at_once(var, write) {
+                self.stats.waited_at_once();
+                return answer;
+            }
+            if attempt == 0 && !self.executor.help(self) {
+                break;
+            }
+            self.stats.helped();
+        }
         let ws = self.waits.take();
         self.waits.get(ws).arm();
         let opts = PushOpts::new().name(if write { "wait_to_write" } else { "wait_var" });
@@ -506,6 +525,33 @@ impl Core {
             self.waits.give(ws);
         }
         error.map_or(Ok(()), |e| Err(EngineError::OpFailed(e)))
+    }
+}
+
+impl Core {
+    /// `wait_var`'s answer if `var` has nothing in flight the wait must
+    /// follow; `None` otherwise (and on any error, which the marker path
+    /// reports the usual way).
+    fn wait_var_at_once(&self, var: Var, write: bool) -> Option<Result<(), EngineError>> {
+        let slot = self.slot_of(var).ok()?;
+        let mut answer = None;
+        // As the combiner: every push that returned before this call has
+        // been appended (the drain), and nothing can be appended while we
+        // look, so the queue's answer holds until we have read the value's
+        // failure.
+        self.flush_dispatcher(|| {
+            if self.shutting_down.load(Ordering::Relaxed) || !slot.dispatchable(var.gen) {
+                return;
+            }
+            if slot.queue.grants_at_once(write) {
+                // SAFETY: no write is granted or queued, and none can be
+                // queued while we hold the dispatcher, so nobody writes the
+                // failure while we read it — what a granted read relies on.
+                let error = unsafe { slot.error() };
+                answer = Some(error.map_or(Ok(()), |e| Err(EngineError::OpFailed(e))));
+            }
+        });
+        answer
     }
 }
 

@@ -407,10 +407,12 @@ impl Engine {
         let mut s = EngineStats::default();
         self.core.stats.read_into(&mut s);
         self.core.executor.add_stats(&mut s);
-        // Tickets count every dispatched operation, wait markers included.
+        // Tickets count every dispatched operation, wait markers included
+        // (a wait that returned at once dispatched none).
         let dispatched = self.core.dispatcher.dispatched();
-        s.pushed = dispatched.saturating_sub(s.waits);
-        s.finished = (dispatched - self.core.pending().min(dispatched)).saturating_sub(s.waits);
+        let markers = s.waits - s.waits_at_once;
+        s.pushed = dispatched.saturating_sub(markers);
+        s.finished = (dispatched - self.core.pending().min(dispatched)).saturating_sub(markers);
         s.ran_elsewhere = s.finished.saturating_sub(s.ran_on_workers);
         s.pools = self.pool_stats();
         s

@@ -43,6 +43,9 @@ pub struct EngineStats {
     pub pushed: u64,
     /// `wait_var` / `wait_to_write` calls that reached the engine.
     pub waits: u64,
+    /// Of `waits`: those that returned at once, without queuing behind
+    /// anything (the variable had nothing in flight they wait for).
+    pub waits_at_once: u64,
     /// Operations finished (pushed ones, not waits).
     pub finished: u64,
     /// Operations run (or skipped) by the engine's worker threads.
@@ -95,6 +98,7 @@ struct SharedShard {
     skipped: AtomicU64,
     failed: AtomicU64,
     waits: AtomicU64,
+    waits_at_once: AtomicU64,
     throttled: AtomicU64,
 }
 
@@ -158,6 +162,11 @@ impl Stats {
         self.shared.waits.fetch_add(1, Relaxed);
     }
 
+    pub(crate) fn waited_at_once(&self) {
+        self.shared.waits_at_once.fetch_add(1, Relaxed);
+        self.waited();
+    }
+
     pub(crate) fn throttled(&self) {
         self.shared.throttled.fetch_add(1, Relaxed);
     }
@@ -175,6 +184,7 @@ impl Stats {
         s.skipped = self.shared.skipped.load(Relaxed);
         s.failed = self.shared.failed.load(Relaxed);
         s.waits = self.shared.waits.load(Relaxed);
+        s.waits_at_once = self.shared.waits_at_once.load(Relaxed);
         s.throttled = self.shared.throttled.load(Relaxed);
         s.pending_high_water = self.pending_high_water.get();
     }
@@ -220,11 +230,12 @@ impl std::fmt::Display for EngineStats {
         let p = &self.pools;
         writeln!(
             f,
-            "ops: {} pushed, {} finished, {} waits; ran {} on workers {:?}, {} elsewhere ({} by waiters); \
-             {} stolen, {} skipped, {} failed",
+            "ops: {} pushed, {} finished, {} waits ({} at once); ran {} on workers {:?}, {} elsewhere \
+             ({} by waiters); {} stolen, {} skipped, {} failed",
             self.pushed,
             self.finished,
             self.waits,
+            self.waits_at_once,
             self.ran_on_workers,
             self.per_worker,
             self.ran_elsewhere,

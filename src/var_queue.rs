@@ -327,6 +327,20 @@ impl VarQueue {
         }
     }
 
+    /// Whether an access appended now would be granted at once with
+    /// nothing queued before it: for a write, nothing granted or queued; for
+    /// a read, no write granted and nothing queued (running reads are fine).
+    /// Only the appender's answer is stable: nobody else can queue meanwhile.
+    #[inline]
+    pub(crate) fn grants_at_once(&self, write: bool) -> bool {
+        let state = self.state.load(Ordering::Acquire);
+        if write {
+            state == 0
+        } else {
+            state & WRITER == 0 && pending(state) == 0
+        }
+    }
+
     /// Whether no access is granted or queued.
     #[cfg(test)]
     pub(crate) fn is_idle(&self) -> bool {

@@ -118,3 +118,61 @@ fn waiters_that_help_are_counted() {
     assert_eq!(s.helped_by_waiters, 10, "{s}");
     assert_eq!(s.ran_elsewhere, 10, "{s}");
 }
+
+/// A wait whose variable has nothing in flight that it must follow answers
+/// at once — with the value's failure, if it holds one — and queues nothing;
+/// one behind a running writer still waits for it.
+#[test]
+fn waits_with_nothing_in_flight_answer_at_once() {
+    for kind in EngineKind::ALL {
+        let engine = Engine::builder().kind(kind).cpu_workers(2).build().unwrap();
+        let (v, bad) = (engine.new_var(), engine.new_var());
+        engine.push_sync(|_| {}, &[], &[v]).unwrap();
+        engine
+            .push_sync_with(
+                |_| -> Result<(), String> { Err("broken".into()) },
+                &[],
+                &[bad],
+                depengine::PushOpts::new().name("breaker"),
+            )
+            .unwrap();
+        assert!(engine.wait_all().is_err());
+        engine.wait_var(v).unwrap();
+        engine.wait_to_write(v).unwrap();
+        match engine.wait_var(bad) {
+            Err(depengine::EngineError::OpFailed(e)) => assert_eq!(e.op_name(), "breaker", "{kind:?}"),
+            other => panic!("{kind:?}: {other:?}"),
+        }
+        let s = engine.stats();
+        assert_eq!((s.waits, s.waits_at_once), (3, 3), "{kind:?}: {s}");
+        assert_eq!((s.pushed, s.finished), (2, 2), "{kind:?}: waits queued nothing: {s}");
+        if kind == EngineKind::Naive {
+            continue; // runs bodies inline: nothing is ever in flight
+        }
+        // A writer held by a gate: the wait must not answer before it ends.
+        let gate = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicBool::new(false));
+        let d = done.clone();
+        let body = common::until_open(&gate);
+        engine
+            .push_sync(
+                move |ctx| {
+                    body(ctx);
+                    d.store(true, Ordering::SeqCst);
+                },
+                &[],
+                &[v],
+            )
+            .unwrap();
+        let opener = {
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                gate.store(true, Ordering::Release);
+            })
+        };
+        engine.wait_var(v).unwrap();
+        assert!(done.load(Ordering::SeqCst), "{kind:?}: wait_var returned before the running write finished");
+        opener.join().unwrap();
+    }
+}

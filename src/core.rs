@@ -23,6 +23,7 @@ use crate::sync::{AtomicBool, Ordering, UnsafeCell};
 use crate::var::{Var, VarSlot, DELETE_DISPATCHED, DELETE_REQUESTED};
 use crate::var_queue::VarBlock;
 use crate::wait::{FirstError, Helper, PendingCounter, WaitSlot};
+use crossbeam_utils::CachePadded;
 use std::cell::Cell;
 use std::sync::Arc;
 
@@ -64,8 +65,11 @@ pub(crate) struct Core {
     pub(crate) bulks: Pool<BulkBuf>,
     pub(crate) dispatcher: Dispatcher,
     /// Free variable blocks held by the combiner for its appends (touched
-    /// only while holding the dispatcher; see `pool::TakeCache`).
-    spare_blocks: SpareBlocks,
+    /// only while holding the dispatcher; see `pool::TakeCache`). Written
+    /// on most appends, so it has a cache line of its own: next to the
+    /// read-mostly flags that every run checks it cost a line transfer
+    /// per operation.
+    spare_blocks: CachePadded<SpareBlocks>,
     pub(crate) executor: Box<dyn Executor>,
     pub(crate) pending: PendingCounter,
     pub(crate) first_error: FirstError,
@@ -94,7 +98,7 @@ impl Core {
             waits: Pool::new(),
             bulks: Pool::new(),
             dispatcher: Dispatcher::default(),
-            spare_blocks: SpareBlocks(UnsafeCell::new(TakeCache::default())),
+            spare_blocks: CachePadded::new(SpareBlocks(UnsafeCell::new(TakeCache::default()))),
             executor,
             pending: PendingCounter::default(),
             first_error: FirstError::default(),
@@ -564,5 +568,29 @@ impl ReadyList {
             oprs.get(self.tail).link.store(op, Ordering::Relaxed);
         }
         self.tail = op;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Core;
+    use std::mem::offset_of;
+
+    /// The combiner's spare blocks change on most appends; the flags every
+    /// run reads must not share their cache line.
+    #[test]
+    fn the_spare_blocks_have_a_line_of_their_own() {
+        let line = |offset: usize| offset / 64;
+        let spares = offset_of!(Core, spare_blocks);
+        assert_eq!(spares % 64, 0);
+        for (name, offset) in [
+            ("shutting_down", offset_of!(Core, shutting_down)),
+            ("cancelling", offset_of!(Core, cancelling)),
+            ("profiler", offset_of!(Core, profiler)),
+            ("diagnosis", offset_of!(Core, diagnosis)),
+            ("executor", offset_of!(Core, executor)),
+        ] {
+            assert_ne!(line(offset), line(spares), "{name} shares the spare blocks' cache line");
+        }
     }
 }

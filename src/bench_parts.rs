@@ -10,7 +10,7 @@ use crate::context::{Context, RunContext};
 use crate::executor::park::Sleep;
 use crate::executor::ready_ring::ReadyRing;
 use crate::inline_fn::InlineFn;
-use crate::pool::{Pool, TakeCache};
+use crate::pool::{Pool, Tagged, TakeCache};
 use crate::var_queue::{VarBlock, VarQueue};
 use criterion::{BenchmarkId, Criterion};
 use std::hint::black_box;
@@ -81,7 +81,7 @@ pub fn var_queue(c: &mut Criterion) {
 /// another gives back (each index crosses cores twice).
 pub fn pool(c: &mut Criterion) {
     let mut g = c.benchmark_group("pool");
-    let pool: Pool<u64> = Pool::new();
+    let pool: Pool<Tagged> = Pool::new();
     g.bench_function("take + give, same thread", |b| {
         b.iter(|| {
             let i = pool.take();

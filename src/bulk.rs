@@ -26,7 +26,8 @@ use crate::core::Core;
 use crate::error::EngineError;
 use crate::inline_fn::{InlineFn, Outcome};
 use crate::opr::{Body, OprKind};
-use crate::sync::UnsafeCell;
+use crate::pool::Pooled;
+use crate::sync::{AtomicU32, UnsafeCell};
 use crate::var::Var;
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
@@ -37,6 +38,13 @@ pub(crate) struct BulkBuf {
     bodies: UnsafeCell<Vec<InlineFn>>,
     reads: UnsafeCell<Vec<Var>>,
     writes: UnsafeCell<Vec<Var>>,
+    free_link: AtomicU32,
+}
+
+impl Pooled for BulkBuf {
+    fn free_link(&self) -> &AtomicU32 {
+        &self.free_link
+    }
 }
 
 // SAFETY: a buffer has one owner at a time: the thread whose bulk is open,

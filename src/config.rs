@@ -62,10 +62,10 @@ impl EngineKind {
 }
 
 /// The default cap on operations pushed and not finished
-/// ([`EngineBuilder::max_pending`]). An operation block with its pool slot
-/// takes 512 bytes, so the cap holds about 8 MB of blocks; the pools grow in
+/// ([`EngineBuilder::max_pending`]). An operation block takes 448 bytes
+/// in its pool, so the cap holds about 7 MB of blocks; the pools grow in
 /// doubling segments (the one that holds blocks 16,320 to 32,703 takes
-/// 8 MB), so the peak stays near 16 MB. Measured against 65,536 (PERF.md):
+/// 7 MB), so the peak stays near 14 MB. Measured against 65,536 (PERF.md):
 /// the same throughput on every workload, and the harness's peak RSS
 /// 22–38 MB instead of 49–99 MB.
 pub const DEFAULT_MAX_PENDING: u64 = 16_384;

@@ -23,6 +23,7 @@ use crate::diagnose::DiagSlot;
 use crate::error::OpError;
 use crate::inline_fn::InlineFn;
 use crate::operator::OperatorInner;
+use crate::pool::Pooled;
 use crate::profiler::ProfStamps;
 use crate::sync::{AtomicU32, AtomicU8, UnsafeCell};
 use std::sync::Arc;
@@ -200,7 +201,9 @@ pub(crate) struct OprBlock {
     pub(crate) refs: AtomicU32,
     /// Asynchronous blocks: the body/completion hand-shake (`run.rs`).
     pub(crate) run_state: AtomicU8,
-    /// Intrusive link: the submission stack, then the local run lists.
+    /// Intrusive link: the submission stack, then the local run lists;
+    /// while the block is free, the pool's free list (it is in no list of
+    /// the engine's then).
     pub(crate) link: AtomicU32,
     /// Debug builds: the lifecycle phase, checked at every transition.
     #[cfg(debug_assertions)]
@@ -212,6 +215,14 @@ pub(crate) struct OprBlock {
     pub(crate) prof: ProfStamps,
     /// Hang diagnosis' copy of the operation (untouched when it is off).
     pub(crate) diag: DiagSlot,
+}
+
+impl Pooled for OprBlock {
+    /// `link`, in the first line: the taker and the giver write that line
+    /// anyway.
+    fn free_link(&self) -> &AtomicU32 {
+        &self.link
+    }
 }
 
 // SAFETY: the `UnsafeCell` fields are accessed by one owner at a time, each

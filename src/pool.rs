@@ -16,7 +16,13 @@
 //!
 //! # The free list
 //!
-//! A Treiber stack threaded through the slots' `next_free` words. The head is
+//! A Treiber stack threaded through a link word that each pooled type
+//! keeps itself ([`Pooled::free_link`]), so that the link can sit in a
+//! cache line the value's users touch anyway: an operation block's free
+//! link is its first line, which the pusher that takes it and the worker
+//! that gives it back write in any case. (A link of the pool's own, next
+//! to the value, was a line of its own, crossing cores twice per
+//! operation.) The head is
 //! one `AtomicU64` packing `(tag << 32) | index`; the tag is bumped on every
 //! successful change so that a pop racing with a pop-push-pop of the same
 //! index fails its CAS instead of installing a stale `next` (the ABA problem).
@@ -45,15 +51,45 @@ const SEGMENT_BASE: u32 = if cfg!(depengine_loom) { 2 } else { 64 };
 /// Segments `0..SEGMENTS` cover more than `u32::MAX - 1` indices at base 64.
 const SEGMENTS: usize = if cfg!(depengine_loom) { 8 } else { 26 };
 
+/// A value a [`Pool`] can hold.
+pub(crate) trait Pooled: Default {
+    /// The word the free list threads through while the value is free. It
+    /// may be read by a racing `take` while the value is owned again (the
+    /// free list's tag then fails that take's CAS), so it must be a word
+    /// that owners also access atomically, or one they leave alone.
+    fn free_link(&self) -> &AtomicU32;
+}
+
+/// A pooled value for the pool's own tests and benchmarks: a tag the
+/// owner writes, and the free link.
+#[cfg(any(test, feature = "bench-internals"))]
+#[derive(Default)]
+pub(crate) struct Tagged {
+    #[cfg_attr(not(test), allow(dead_code))] // the benchmarks only take and give
+    pub(crate) tag: AtomicU32,
+    link: AtomicU32,
+}
+
+#[cfg(any(test, feature = "bench-internals"))]
+impl Pooled for Tagged {
+    fn free_link(&self) -> &AtomicU32 {
+        &self.link
+    }
+}
+
 struct Slot<T> {
-    next_free: AtomicU32,
     /// Debug builds: whether the index is handed out (double take/give check).
     #[cfg(debug_assertions)]
     owned: std::sync::atomic::AtomicBool,
     value: T,
 }
 
-impl<T> Slot<T> {
+impl<T: Pooled> Slot<T> {
+    #[inline(always)]
+    fn next_free(&self) -> &AtomicU32 {
+        self.value.free_link()
+    }
+
     #[inline(always)]
     fn set_owned(&self, _index: u32, _owned: bool) {
         #[cfg(debug_assertions)]
@@ -92,7 +128,7 @@ fn segment_len(seg: usize) -> usize {
     (SEGMENT_BASE as usize) << seg
 }
 
-impl<T: Default> Pool<T> {
+impl<T: Pooled> Pool<T> {
     pub(crate) fn new() -> Self {
         Pool {
             free: CachePadded::new(AtomicU64::new(NIL as u64)),
@@ -112,7 +148,7 @@ impl<T: Default> Pool<T> {
             }
             // The slot may be taken and given back concurrently; then this
             // read is stale but the tag makes the CAS below fail.
-            let next = self.slot(index).next_free.load(Ordering::Relaxed);
+            let next = self.slot(index).next_free().load(Ordering::Relaxed);
             let new = ((head >> 32).wrapping_add(1) << 32) | next as u64;
             match self.free.compare_exchange_weak(head, new, Ordering::Acquire, Ordering::Acquire) {
                 Ok(_) => {
@@ -137,7 +173,6 @@ impl<T: Default> Pool<T> {
         }
         let slots: Box<[Slot<T>]> = (0..segment_len(seg))
             .map(|_| Slot {
-                next_free: AtomicU32::new(NIL),
                 #[cfg(debug_assertions)]
                 owned: std::sync::atomic::AtomicBool::new(false),
                 value: T::default(),
@@ -182,7 +217,7 @@ impl<T: Default> Pool<T> {
         let last_slot = self.slot(last);
         let mut head = self.free.load(Ordering::Relaxed);
         loop {
-            last_slot.next_free.store(head as u32, Ordering::Relaxed);
+            last_slot.next_free().store(head as u32, Ordering::Relaxed);
             let new = ((head >> 32).wrapping_add(1) << 32) | first as u64;
             match self.free.compare_exchange_weak(head, new, Ordering::Release, Ordering::Relaxed) {
                 Ok(_) => return,
@@ -215,7 +250,7 @@ impl<T: Default> Pool<T> {
         let mut index = self.free.load(Ordering::Acquire) as u32;
         while index != NIL {
             free += 1;
-            index = self.slot(index).next_free.load(Ordering::Relaxed);
+            index = self.slot(index).next_free().load(Ordering::Relaxed);
         }
         self.fresh.load(Ordering::Acquire) as usize - free
     }
@@ -249,9 +284,9 @@ impl GiveBatch {
 
     /// Adds an owned index; returns the batch length.
     #[inline]
-    pub(crate) fn add<T: Default>(&mut self, pool: &Pool<T>, index: u32) -> u32 {
+    pub(crate) fn add<T: Pooled>(&mut self, pool: &Pool<T>, index: u32) -> u32 {
         pool.slot(index).set_owned(index, false);
-        pool.slot(index).next_free.store(self.first, Ordering::Relaxed);
+        pool.slot(index).next_free().store(self.first, Ordering::Relaxed);
         if self.first == NIL {
             self.last = index;
         }
@@ -267,7 +302,7 @@ impl GiveBatch {
     }
 
     /// Gives every index of the batch back.
-    pub(crate) fn flush<T: Default>(&mut self, pool: &Pool<T>) {
+    pub(crate) fn flush<T: Pooled>(&mut self, pool: &Pool<T>) {
         if self.len > 0 {
             pool.give_chain(self.first, self.last);
             *self = GiveBatch::default();
@@ -277,7 +312,7 @@ impl GiveBatch {
 
 impl GiveBatch {
     /// Moves every index of `other` into this batch (no atomics).
-    pub(crate) fn append<T: Default>(&mut self, pool: &Pool<T>, other: GiveBatch) {
+    pub(crate) fn append<T: Pooled>(&mut self, pool: &Pool<T>, other: GiveBatch) {
         if other.len == 0 {
             return;
         }
@@ -285,7 +320,7 @@ impl GiveBatch {
             *self = other;
             return;
         }
-        pool.slot(other.last).next_free.store(self.first, Ordering::Relaxed);
+        pool.slot(other.last).next_free().store(self.first, Ordering::Relaxed);
         self.first = other.first;
         self.len += other.len;
     }
@@ -314,7 +349,7 @@ impl TakeCache {
     /// Takes an index: a cached one, else one of a refill from the free
     /// list, else a fresh one.
     #[inline]
-    pub(crate) fn take<T: Default>(&mut self, pool: &Pool<T>) -> u32 {
+    pub(crate) fn take<T: Pooled>(&mut self, pool: &Pool<T>) -> u32 {
         if self.head == NIL {
             self.head = pool.take_all();
             if self.head == NIL {
@@ -325,19 +360,19 @@ impl TakeCache {
         let slot = pool.slot(index);
         // The detached chain is ours alone: its links were written before
         // the gives that `take_all` acquired, and nobody gives them again.
-        self.head = slot.next_free.load(Ordering::Relaxed);
+        self.head = slot.next_free().load(Ordering::Relaxed);
         slot.set_owned(index, true);
         index
     }
 
     /// Gives every cached index back to the pool.
-    pub(crate) fn give_back<T: Default>(&mut self, pool: &Pool<T>) {
+    pub(crate) fn give_back<T: Pooled>(&mut self, pool: &Pool<T>) {
         if self.head == NIL {
             return;
         }
         let mut last = self.head;
         loop {
-            let next = pool.slot(last).next_free.load(Ordering::Relaxed);
+            let next = pool.slot(last).next_free().load(Ordering::Relaxed);
             if next == NIL {
                 break;
             }
@@ -382,7 +417,7 @@ mod tests {
 
     #[test]
     fn take_give_reuses_and_never_duplicates() {
-        let pool: Pool<u64> = Pool::new();
+        let pool: Pool<Tagged> = Pool::new();
         let a: Vec<u32> = (0..1000).map(|_| pool.take()).collect();
         assert_eq!(a.iter().collect::<HashSet<_>>().len(), 1000);
         assert_eq!(pool.live(), 1000);
@@ -398,7 +433,7 @@ mod tests {
 
     #[test]
     fn stress_cross_thread_take_give() {
-        let pool: Pool<AtomicU32> = Pool::new();
+        let pool: Pool<Tagged> = Pool::new();
         std::thread::scope(|s| {
             for t in 0..4u32 {
                 let pool = &pool;
@@ -407,9 +442,9 @@ mod tests {
                         let i = pool.take();
                         let tag = (t << 24) | (round & 0xFF_FFFF);
                         // Exclusive ownership: nobody else may touch it meanwhile.
-                        pool.get(i).store(tag, Ordering::Relaxed);
+                        pool.get(i).tag.store(tag, Ordering::Relaxed);
                         std::hint::spin_loop();
-                        assert_eq!(pool.get(i).load(Ordering::Relaxed), tag, "index {i} handed out twice");
+                        assert_eq!(pool.get(i).tag.load(Ordering::Relaxed), tag, "index {i} handed out twice");
                         pool.give(i);
                     }
                 });
@@ -420,7 +455,7 @@ mod tests {
 
     #[test]
     fn take_cache_refills_from_the_free_list_and_gives_back() {
-        let pool: Pool<u64> = Pool::new();
+        let pool: Pool<Tagged> = Pool::new();
         let taken: Vec<u32> = (0..40).map(|_| pool.take()).collect();
         let mut batch = GiveBatch::default();
         for &i in &taken[..30] {
@@ -449,9 +484,22 @@ mod tests {
         assert_eq!(pool.live(), 31, "given back: only the 31 still held by the test");
     }
 
+    /// The free link lives in the value: a slot is no bigger than what it
+    /// holds (release builds; debug builds add an ownership flag).
+    #[test]
+    #[cfg(not(debug_assertions))]
+    fn slots_add_nothing_to_their_values() {
+        use crate::opr::OprBlock;
+        use crate::var::VarSlot;
+        use crate::var_queue::VarBlock;
+        assert_eq!(std::mem::size_of::<Slot<OprBlock>>(), std::mem::size_of::<OprBlock>());
+        assert_eq!(std::mem::size_of::<Slot<VarSlot>>(), 64, "one variable per cache line");
+        assert_eq!(std::mem::size_of::<Slot<VarBlock>>(), 16);
+    }
+
     #[test]
     fn batched_give_returns_every_index() {
-        let pool: Pool<u64> = Pool::new();
+        let pool: Pool<Tagged> = Pool::new();
         let taken: Vec<u32> = (0..100).map(|_| pool.take()).collect();
         let mut batch = GiveBatch::default();
         for &i in &taken[..70] {
@@ -475,19 +523,19 @@ mod loom_models {
 
     /// Takes two indices, marks them, gives the first back and checks the
     /// second is still ours before giving it back too.
-    fn churn(pool: &Pool<AtomicU32>, tag: u32) {
+    fn churn(pool: &Pool<Tagged>, tag: u32) {
         let x = pool.take();
         let y = pool.take();
-        pool.get(x).store(tag, Ordering::Relaxed);
-        pool.get(y).store(tag, Ordering::Relaxed);
+        pool.get(x).tag.store(tag, Ordering::Relaxed);
+        pool.get(y).tag.store(tag, Ordering::Relaxed);
         pool.give(x);
-        assert_eq!(pool.get(y).load(Ordering::Relaxed), tag, "index {y} handed out twice");
+        assert_eq!(pool.get(y).tag.load(Ordering::Relaxed), tag, "index {y} handed out twice");
         pool.give(y);
     }
 
     /// A pool with three free indices, and a second thread churning on it.
-    fn pool_with_a_churner() -> (Arc<Pool<AtomicU32>>, loom::thread::JoinHandle<()>) {
-        let pool: Arc<Pool<AtomicU32>> = Arc::new(Pool::new());
+    fn pool_with_a_churner() -> (Arc<Pool<Tagged>>, loom::thread::JoinHandle<()>) {
+        let pool: Arc<Pool<Tagged>> = Arc::new(Pool::new());
         let (a, b, c) = (pool.take(), pool.take(), pool.take());
         for i in [c, b, a] {
             pool.give(i);
@@ -518,11 +566,11 @@ mod loom_models {
             let (pool, other) = pool_with_a_churner();
             let mut cache = TakeCache::default();
             let (x, y) = (cache.take(&*pool), cache.take(&*pool));
-            pool.get(x).store(1, Ordering::Relaxed);
-            pool.get(y).store(1, Ordering::Relaxed);
+            pool.get(x).tag.store(1, Ordering::Relaxed);
+            pool.get(y).tag.store(1, Ordering::Relaxed);
             other.join().unwrap();
-            assert_eq!(pool.get(x).load(Ordering::Relaxed), 1, "index {x} handed out twice");
-            assert_eq!(pool.get(y).load(Ordering::Relaxed), 1, "index {y} handed out twice");
+            assert_eq!(pool.get(x).tag.load(Ordering::Relaxed), 1, "index {x} handed out twice");
+            assert_eq!(pool.get(y).tag.load(Ordering::Relaxed), 1, "index {y} handed out twice");
             pool.give(x);
             pool.give(y);
             cache.give_back(&*pool);

@@ -13,7 +13,8 @@
 //! generation and the flags of the same incarnation.
 
 use crate::error::{EngineError, OpError};
-use crate::sync::{AtomicU64, Ordering, UnsafeCell};
+use crate::pool::Pooled;
+use crate::sync::{AtomicU32, AtomicU64, Ordering, UnsafeCell};
 use crate::var_queue::VarQueue;
 use std::sync::Arc;
 
@@ -46,6 +47,13 @@ pub(crate) struct VarSlot {
     /// a read, written only by the operation granted the write, so the
     /// scheduling rule itself protects it.
     pub(crate) error: UnsafeCell<Option<Arc<OpError>>>,
+    free_link: AtomicU32,
+}
+
+impl Pooled for VarSlot {
+    fn free_link(&self) -> &AtomicU32 {
+        &self.free_link
+    }
 }
 
 // SAFETY: `error` is guarded by the scheduling rule itself (see the field);

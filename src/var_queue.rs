@@ -1,7 +1,7 @@
 #![doc = include_str!("../docs/var-queue.md")]
 
-use crate::pool::{GiveBatch, Pool, TakeCache, NIL};
-use crate::sync::{AtomicU64, Ordering, UnsafeCell};
+use crate::pool::{GiveBatch, Pool, Pooled, TakeCache, NIL};
+use crate::sync::{AtomicU32, AtomicU64, Ordering, UnsafeCell};
 
 const READERS_MASK: u64 = 0xFFFF_FFFF;
 /// A granted write is running.
@@ -26,11 +26,25 @@ pub(crate) struct VarBlock {
     write: UnsafeCell<bool>,
     /// The next block in the chain (`NIL` for the sentinel's spare).
     next: UnsafeCell<u32>,
+    /// The pool's free list (`next` is a plain word, which a racing pool
+    /// `take` must not read).
+    free_link: AtomicU32,
 }
 
 impl Default for VarBlock {
     fn default() -> Self {
-        VarBlock { opr: UnsafeCell::new(NIL), write: UnsafeCell::new(false), next: UnsafeCell::new(NIL) }
+        VarBlock {
+            opr: UnsafeCell::new(NIL),
+            write: UnsafeCell::new(false),
+            next: UnsafeCell::new(NIL),
+            free_link: AtomicU32::new(NIL),
+        }
+    }
+}
+
+impl Pooled for VarBlock {
+    fn free_link(&self) -> &AtomicU32 {
+        &self.free_link
     }
 }
 

@@ -17,6 +17,7 @@
 
 use crate::dispatch::Dispatcher;
 use crate::error::OpError;
+use crate::pool::Pooled;
 use crate::sync::{
     futex_wait, futex_wake_all, loom_sc_fence, spin_hint, AtomicPtr, AtomicU32, AtomicU64, Ordering, UnsafeCell,
 };
@@ -136,6 +137,13 @@ pub(crate) struct WaitSlot {
     refs: AtomicU32,
     /// Written by the marker before `DONE`, read by the waiter after.
     error: UnsafeCell<Option<Arc<OpError>>>,
+    free_link: AtomicU32,
+}
+
+impl Pooled for WaitSlot {
+    fn free_link(&self) -> &AtomicU32 {
+        &self.free_link
+    }
 }
 
 // SAFETY: `error` is written by the marker before it publishes `DONE` and

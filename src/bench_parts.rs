@@ -166,7 +166,7 @@ pub fn queues(c: &mut Criterion) {
 /// A parked thread woken and answering: the futex round trip a parked
 /// worker costs (`park.rs`).
 pub fn park_wake(c: &mut Criterion) {
-    let sleep = Arc::new(Sleep::default());
+    let sleep = Arc::new(Sleep::new(1, false));
     let flag = Arc::new(AtomicU32::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let sleeper = {

@@ -26,11 +26,19 @@ pub(crate) fn spin_for(spin: Duration, found: impl Fn() -> bool) -> bool {
     }
 }
 
+/// Workers of a pool of `workers` that may spin at once: half of them, but
+/// at least two (or all, if fewer). See the module docs ("States").
+pub(crate) fn max_spinners(workers: usize) -> u32 {
+    (workers / 2).max(2).min(workers.max(1)) as u32
+}
+
 /// The sleep/wake rendezvous of one worker pool.
 pub(crate) struct Sleep {
     epoch: CachePadded<AtomicU32>,
     sleepers: CachePadded<AtomicU32>,
     spinning: CachePadded<AtomicU32>,
+    /// How many workers may spin at once (`max_spinners`).
+    max_spinning: u32,
     /// 1 while a wake-up is in flight: later producers skip theirs until a
     /// parking or woken worker clears it.
     waking: CachePadded<AtomicU32>,
@@ -43,21 +51,16 @@ pub(crate) struct Sleep {
     pinned_workers: bool,
 }
 
-impl Default for Sleep {
-    fn default() -> Self {
-        Sleep::new(false)
-    }
-}
-
 impl Sleep {
-    /// The rendezvous of a pool whose workers are pinned to cores (then a
-    /// spinner may be kept off the CPU by a thread sharing its core, see
+    /// The rendezvous of a pool of `workers` that are pinned to cores (then
+    /// a spinner may be kept off the CPU by a thread sharing its core, see
     /// `unseen`) or free to move (the scheduler moves them instead).
-    pub(crate) fn new(pinned_workers: bool) -> Self {
+    pub(crate) fn new(workers: usize, pinned_workers: bool) -> Self {
         Sleep {
             epoch: CachePadded::new(AtomicU32::new(0)),
             sleepers: CachePadded::new(AtomicU32::new(0)),
             spinning: CachePadded::new(AtomicU32::new(0)),
+            max_spinning: max_spinners(workers),
             waking: CachePadded::new(AtomicU32::new(0)),
             unseen: CachePadded::new(AtomicU32::new(0)),
             pinned_workers,
@@ -66,10 +69,17 @@ impl Sleep {
 }
 
 impl Sleep {
-    /// **running → spinning**: succeeds for at most one worker at a time.
+    /// **running → spinning**: succeeds for at most `max_spinning` workers
+    /// at a time.
     pub(crate) fn try_start_spinning(&self) -> bool {
-        self.spinning.load(Ordering::Relaxed) == 0
-            && self.spinning.compare_exchange(0, 1, Ordering::SeqCst, Ordering::Relaxed).is_ok()
+        let mut spinning = self.spinning.load(Ordering::Relaxed);
+        while spinning < self.max_spinning {
+            match self.spinning.compare_exchange(spinning, spinning + 1, Ordering::SeqCst, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(now) => spinning = now,
+            }
+        }
+        false
     }
 
     /// The spinning state: [`spin_for`] `spin`, polling `found`, and telling
@@ -153,5 +163,16 @@ impl Sleep {
         fence(Ordering::SeqCst);
         self.epoch.fetch_add(1, Ordering::Release);
         futex_wake_all(&self.epoch);
+    }
+}
+
+#[cfg(all(test, not(depengine_loom)))]
+mod tests {
+    use super::max_spinners;
+
+    #[test]
+    fn half_the_workers_spin_but_at_least_two() {
+        let got: Vec<u32> = [0, 1, 2, 3, 4, 8, 64].iter().map(|&w| max_spinners(w)).collect();
+        assert_eq!(got, [1, 1, 2, 2, 2, 4, 32]);
     }
 }

@@ -143,9 +143,9 @@ impl PerDeviceExecutor {
             pinned: (0..workers).map(|i| pin.then(|| cpu(i).os_index)).collect(),
             injectors: (0..topology.nodes).map(|_| ReadyRing::new(INJECTOR_CAPACITY)).collect(),
             priority: PriorityPool::default(),
-            sleep: Sleep::new(pin),
+            sleep: Sleep::new(workers, pin),
             priority_workers,
-            priority_sleep: Sleep::default(),
+            priority_sleep: Sleep::new(priority_workers, false),
             stop: AtomicBool::new(false),
             spin,
             counters: ExecutorCounters::default(),
@@ -194,6 +194,17 @@ impl Shared {
         self.priority.may_have_work()
             || self.injectors.iter().any(|q| !q.is_empty())
             || self.stealers.iter().any(|s| !s.is_empty())
+    }
+
+    /// Whether more operations are ready than the one the calling worker is
+    /// about to take: then another worker should be woken for the rest. (A
+    /// possibly non-empty priority pool counts as more.)
+    fn has_more_than_one(&self) -> bool {
+        if self.priority.may_have_work() {
+            return true;
+        }
+        let queued = self.injectors.iter().map(|q| q.len()).sum::<usize>();
+        queued > 1 || queued + self.stealers.iter().map(|s| s.len()).sum::<usize>() > 1
     }
 
     /// Steals one operation from the workers of `node` (or of every other
@@ -278,8 +289,12 @@ impl Shared {
                 // Publishers skip the wake-up while a worker spins, so the
                 // spinner may be the only one told about several
                 // operations: it hands the watch on to a sleeper (as tokio's
-                // last searching worker does) before taking one.
-                self.wake_one();
+                // last searching worker does) before taking one, when there
+                // is more than that one. (A publish after `stop_spinning`
+                // sees no spinner and wakes a sleeper itself.)
+                if self.has_more_than_one() {
+                    self.wake_one();
+                }
                 return true;
             }
         }
@@ -288,8 +303,8 @@ impl Shared {
         }
         if self.counters.park(&self.sleep, || self.has_work() || self.stop.load(Ordering::SeqCst)) {
             // Producers skipped their wake-ups while ours was in flight:
-            // pass one on if work is queued.
-            if self.has_work() {
+            // pass one on if more is queued than this worker will take.
+            if self.has_more_than_one() {
                 self.wake_one();
             }
         }

@@ -109,7 +109,7 @@ impl ShuffleExecutor {
             shared: Arc::new(Shuffle {
                 ready: ReadyRing::new(RING_CAPACITY),
                 rng: AtomicU64::new(seed),
-                sleep: Sleep::default(),
+                sleep: Sleep::new(workers, false),
                 stop: AtomicBool::new(false),
             }),
             workers,

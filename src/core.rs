@@ -291,8 +291,7 @@ impl Core {
         self.stats.throttled();
         let mut idle = 0u32;
         while self.pending() >= self.max_pending && idle < THROTTLE_IDLE_LIMIT {
-            if self.executor.help(self) {
-                self.stats.helped();
+            if self.help_once() {
                 idle = 0;
             } else {
                 idle += 1;
@@ -471,16 +470,19 @@ impl Core {
         }
     }
 
+    /// Runs one ready operation on this (non-worker, or waiting) thread if
+    /// the executor has one, counting it; returns whether it ran one.
+    fn help_once(&self) -> bool {
+        let ran = self.executor.help(self);
+        if ran {
+            self.stats.helped();
+        }
+        ran
+    }
+
     /// How a thread blocked in a wait helps run ready work.
     fn helper(&self) -> Helper<impl FnMut() -> bool + '_> {
-        let help = || {
-            let ran = self.executor.help(self);
-            if ran {
-                self.stats.helped();
-            }
-            ran
-        };
-        Helper { help, can_sleep: self.executor.waiters_can_sleep() }
+        Helper { help: || self.help_once(), can_sleep: self.executor.waiters_can_sleep() }
     }
 
     /// Blocks until everything pushed so far has finished.
@@ -503,15 +505,13 @@ impl Core {
     pub(crate) fn wait_var(&self, var: Var, write: bool) -> Result<(), EngineError> {
         // Keep this thread's order: its bulked pushes go first.
         crate::bulk::flush_for(self)?;
-        for attempt in 0..2 {
-            if let Some(answer) = self.wait_var_at_once(var, write) {
-                self.stats.waited_at_once();
-                return answer;
-            }
-            if attempt == 0 && !self.executor.help(self) {
-                break;
-            }
-            self.stats.helped();
+        let mut at_once = self.wait_var_at_once(var, write);
+        if at_once.is_none() && self.help_once() {
+            at_once = self.wait_var_at_once(var, write);
+        }
+        if let Some(answer) = at_once {
+            self.stats.waited_at_once();
+            return answer;
         }
         let ws = self.waits.take();
         self.waits.get(ws).arm();
@@ -530,9 +530,7 @@ impl Core {
         }
         error.map_or(Ok(()), |e| Err(EngineError::OpFailed(e)))
     }
-}
 
-impl Core {
     /// `wait_var`'s answer if `var` has nothing in flight the wait must
     /// follow; `None` otherwise (and on any error, which the marker path
     /// reports the usual way).

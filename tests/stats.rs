@@ -119,6 +119,23 @@ fn waiters_that_help_are_counted() {
     assert_eq!(s.ran_elsewhere, 10, "{s}");
 }
 
+/// A wait that helps run one operation and must still queue behind the next
+/// counts each operation it ran once.
+#[test]
+fn a_wait_that_helps_then_queues_counts_each_help_once() {
+    // Random-order mode: only waiting threads run operations.
+    let engine = Engine::builder().shuffle_seed(1).build().unwrap();
+    let v = engine.new_var();
+    for _ in 0..2 {
+        engine.push_sync(|_| {}, &[], &[v]).unwrap();
+    }
+    engine.wait_var(v).unwrap();
+    let s = engine.stats();
+    assert_eq!(s.helped_by_waiters, 2, "{s}");
+    assert_eq!(s.ran_elsewhere, 2, "{s}");
+    assert_eq!((s.waits, s.waits_at_once), (1, 0), "{s}");
+}
+
 /// A wait whose variable has nothing in flight that it must follow answers
 /// at once — with the value's failure, if it holds one — and queues nothing;
 /// one behind a running writer still waits for it.

@@ -203,8 +203,8 @@ impl Shared {
         if self.priority.may_have_work() {
             return true;
         }
-        let queued = self.injectors.iter().map(|q| q.len()).sum::<usize>();
-        queued > 1 || queued + self.stealers.iter().map(|s| s.len()).sum::<usize>() > 1
+        let injected: usize = self.injectors.iter().map(|q| q.len()).sum();
+        injected + self.stealers.iter().map(|s| s.len()).sum::<usize>() > 1
     }
 
     /// Steals one operation from the workers of `node` (or of every other
@@ -273,14 +273,14 @@ impl Shared {
             // one core.
             let since: Cell<Option<Instant>> = Cell::new(None);
             let found = self.sleep.spin(self.spin, || {
-                if !self.has_work() {
-                    since.set(None);
-                    return false;
-                }
                 if self.priority.may_have_work() || self.stealers.iter().any(|s| !s.is_empty()) {
                     return true;
                 }
-                let first = *since.get().get_or_insert_with(Instant::now);
+                if self.injectors.iter().all(|q| q.is_empty()) {
+                    since.set(None);
+                    return false;
+                }
+                let first = since.get().unwrap_or_else(Instant::now);
                 since.set(Some(first));
                 first.elapsed() >= INJECTED_GRACE
             });

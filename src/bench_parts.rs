@@ -118,7 +118,7 @@ pub fn pool(c: &mut Criterion) {
 
 /// Storing a closure inline in an operation block and calling it.
 pub fn inline_fn(c: &mut Criterion) {
-    let ctx = RunContext { ctx: Context::cpu(), worker: None, ticket: 0, priority: 0 };
+    let ctx = RunContext::on_host(Context::cpu());
     let mut g = c.benchmark_group("inline_fn");
     for captured in [8usize, 48] {
         g.bench_with_input(BenchmarkId::new("store + invoke, captured bytes", captured), &captured, |b, &n| {

@@ -7,6 +7,9 @@
 //! | `DEPENGINE_PIN` | [`EngineBuilder::pin`] | `1` (per_device) |
 //! | `DEPENGINE_PRIORITY_WORKERS` | [`EngineBuilder::priority_workers`] | 0 (per_device) |
 //! | `DEPENGINE_COPY_WORKERS` | [`EngineBuilder::copy_workers`] | 1 |
+//! | `DEPENGINE_GPU_COMPUTE_WORKERS` | [`EngineBuilder::gpu_compute_workers`] | 2 per GPU (feature `cuda`) |
+//! | `DEPENGINE_GPU_PRIORITY_WORKERS` | [`EngineBuilder::gpu_priority_workers`] | 1 per GPU (feature `cuda`) |
+//! | `DEPENGINE_GPU_COPY_WORKERS` | [`EngineBuilder::gpu_copy_workers`] | 1 per GPU (feature `cuda`) |
 //! | `DEPENGINE_SPIN_US` | [`EngineBuilder::spin`] | 50 µs |
 //! | `DEPENGINE_CANCEL_ON_DROP` | [`EngineBuilder::cancel_on_drop`] | `0` |
 //! | `DEPENGINE_MAX_PENDING` | [`EngineBuilder::max_pending`] | 16384 (`0`: no cap) |
@@ -86,6 +89,9 @@ pub struct EngineBuilder {
     pub(crate) spin: Duration,
     pub(crate) pin: bool,
     pub(crate) priority_workers: usize,
+    pub(crate) gpu_compute_workers: usize,
+    pub(crate) gpu_priority_workers: usize,
+    pub(crate) gpu_copy_workers: usize,
     pub(crate) cancel_on_drop: bool,
     pub(crate) max_pending: u64,
     pub(crate) shuffle_seed: Option<u64>,
@@ -115,6 +121,9 @@ impl Default for EngineBuilder {
             spin: Duration::from_micros(50),
             pin: true,
             priority_workers: 0,
+            gpu_compute_workers: 2,
+            gpu_priority_workers: 1,
+            gpu_copy_workers: 1,
             cancel_on_drop: false,
             max_pending: DEFAULT_MAX_PENDING,
             shuffle_seed: None,
@@ -162,6 +171,15 @@ impl EngineBuilder {
         }
         if let Some(n) = env_parse("DEPENGINE_PRIORITY_WORKERS")? {
             b.priority_workers = n;
+        }
+        if let Some(n) = env_parse("DEPENGINE_GPU_COMPUTE_WORKERS")? {
+            b.gpu_compute_workers = n;
+        }
+        if let Some(n) = env_parse("DEPENGINE_GPU_PRIORITY_WORKERS")? {
+            b.gpu_priority_workers = n;
+        }
+        if let Some(n) = env_parse("DEPENGINE_GPU_COPY_WORKERS")? {
+            b.gpu_copy_workers = n;
         }
         if let Some(c) = env_parse::<u8>("DEPENGINE_CANCEL_ON_DROP")? {
             b.cancel_on_drop = c != 0;
@@ -225,6 +243,29 @@ impl EngineBuilder {
     /// every CPU worker is inside a long body.
     pub fn priority_workers(mut self, n: usize) -> Self {
         self.priority_workers = n;
+        self
+    }
+
+    /// Workers of each GPU's compute ring, each with its own CUDA stream
+    /// (feature `cuda`; ignored without it); at least 1. Normal GPU
+    /// operations of a device are spread over them.
+    pub fn gpu_compute_workers(mut self, n: usize) -> Self {
+        self.gpu_compute_workers = n;
+        self
+    }
+
+    /// Workers of each GPU's priority ring, which serves `GpuPrioritized`
+    /// operations on streams of the device's highest CUDA priority (feature
+    /// `cuda`); at least 1.
+    pub fn gpu_priority_workers(mut self, n: usize) -> Self {
+        self.gpu_priority_workers = n;
+        self
+    }
+
+    /// Workers of each GPU's copy ring, which serves `CopyToGpu` and
+    /// `CopyFromGpu` operations on a GPU context (feature `cuda`); at least 1.
+    pub fn gpu_copy_workers(mut self, n: usize) -> Self {
+        self.gpu_copy_workers = n;
         self
     }
 
@@ -351,6 +392,15 @@ impl EngineBuilder {
         }
         if self.copy_workers == 0 {
             return Err(EngineError::Config("copy_workers must be at least 1".into()));
+        }
+        for (n, name) in [
+            (self.gpu_compute_workers, "gpu_compute_workers"),
+            (self.gpu_priority_workers, "gpu_priority_workers"),
+            (self.gpu_copy_workers, "gpu_copy_workers"),
+        ] {
+            if n == 0 {
+                return Err(EngineError::Config(format!("{name} must be at least 1")));
+            }
         }
         Ok(Engine::start(self))
     }

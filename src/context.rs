@@ -145,9 +145,35 @@ pub struct RunContext {
     pub(crate) worker: Option<usize>,
     pub(crate) ticket: u64,
     pub(crate) priority: i32,
+    #[cfg(feature = "cuda")]
+    pub(crate) stream: Option<std::sync::Arc<cudarc::driver::CudaStream>>,
 }
 
 impl RunContext {
+    /// A context for a body run outside any worker (tests, benchmarks).
+    #[allow(dead_code)] // not every build has a caller
+    pub(crate) fn on_host(ctx: Context) -> RunContext {
+        RunContext {
+            ctx,
+            worker: None,
+            ticket: 0,
+            priority: 0,
+            #[cfg(feature = "cuda")]
+            stream: None,
+        }
+    }
+
+    /// The CUDA stream of the GPU ring worker running the body (feature
+    /// `cuda`; `None` for CPU operations). Enqueue the operation's work on
+    /// it and return: the engine records an event behind it and makes
+    /// every later operation on the same variables wait for that event
+    /// (on the device when it runs on another stream), so the body need
+    /// not synchronize.
+    #[cfg(feature = "cuda")]
+    pub fn stream(&self) -> Option<&std::sync::Arc<cudarc::driver::CudaStream>> {
+        self.stream.as_ref()
+    }
+
     /// The context the operation was pushed with.
     pub fn ctx(&self) -> Context {
         self.ctx

@@ -81,10 +81,17 @@ pub(crate) struct Core {
     pub(crate) diagnosis: Option<Diagnosis>,
     /// The pending-operation cap (0: none); see `throttle`.
     max_pending: u64,
+    /// The GPU rings (none without a device) and the fences' lanes.
+    #[cfg(feature = "cuda")]
+    pub(crate) gpu: Arc<crate::gpu::GpuRings>,
 }
 
 impl Core {
-    pub(crate) fn new(executor: Box<dyn Executor>, b: &EngineBuilder) -> Self {
+    pub(crate) fn new(
+        executor: Box<dyn Executor>,
+        b: &EngineBuilder,
+        #[cfg(feature = "cuda")] gpu: Arc<crate::gpu::GpuRings>,
+    ) -> Self {
         let workers = executor.worker_threads();
         let diagnosis = b.hang_report.map(|after| {
             let handler = b.on_hang.clone().map_or_else(|| Arc::new(print_report) as HangHandler, |h| h.0);
@@ -108,6 +115,8 @@ impl Core {
             profiler: Profiler::new(workers, b.profile_events),
             diagnosis,
             max_pending: b.max_pending,
+            #[cfg(feature = "cuda")]
+            gpu,
         }
     }
 
@@ -123,6 +132,8 @@ impl Core {
             v.error.with_mut(|e| *e = None);
             v.queue.reset(&self.blocks);
         }
+        #[cfg(feature = "cuda")]
+        v.gpu.clear();
         let gen = (v.life.load(Ordering::Acquire) >> 32) as u32;
         Var { engine: self.id, slot, gen }
     }
@@ -175,7 +186,12 @@ impl Core {
     pub(crate) fn check_ctx(&self, ctx: Context) -> Result<(), EngineError> {
         match ctx {
             Context::Cpu(_) => Ok(()),
-            Context::Gpu(id) => Err(EngineError::NoSuchDevice(format!("gpu({id}): this engine has no GPU support"))),
+            #[cfg(feature = "cuda")]
+            Context::Gpu(id) => self.gpu.check_device(id),
+            #[cfg(not(feature = "cuda"))]
+            Context::Gpu(id) => Err(EngineError::NoSuchDevice(format!(
+                "gpu({id}): this build has no GPU support (build depengine with the `cuda` feature)"
+            ))),
         }
     }
 
@@ -447,6 +463,7 @@ impl Core {
             self.run(op, None);
         } else if at_dispatch
             && matches!(meta.opts.prop, FnProperty::Async | FnProperty::DeleteVar)
+            && !meta.opts.ctx.is_gpu()
             && self.executor.runs_async_inline()
         {
             crate::executor::inline::run_inline(self, op);

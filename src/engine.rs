@@ -92,7 +92,27 @@ impl Engine {
                 Box::new(executor)
             }
         };
-        let core = Arc::new(Core::new(executor, &b));
+        #[cfg(feature = "cuda")]
+        let (executor, gpu) = {
+            let sizes = crate::gpu::RingSizes {
+                compute: b.gpu_compute_workers,
+                priority: b.gpu_priority_workers,
+                copy: b.gpu_copy_workers,
+            };
+            let rings = Arc::new(crate::gpu::GpuRings::new(sizes, b.spin, executor.worker_threads()));
+            let executor: Box<dyn Executor> = if rings.devices() > 0 {
+                Box::new(crate::gpu::GpuExecutor::new(executor, rings.clone()))
+            } else {
+                executor
+            };
+            (executor, rings)
+        };
+        let core = Arc::new(Core::new(
+            executor,
+            &b,
+            #[cfg(feature = "cuda")]
+            gpu,
+        ));
         if b.profile.is_some() {
             core.profiler.start();
         }
@@ -144,6 +164,22 @@ impl Engine {
     /// entries: pinning is off; empty for the other engines).
     pub fn pinned_cpus(&self) -> &[Option<usize>] {
         self.placement.as_ref().map_or(&[], |(_, p)| p)
+    }
+
+    /// The GPUs this engine has rings for (feature `cuda`): one line per
+    /// device with its streams, or why there are none.
+    #[cfg(feature = "cuda")]
+    pub fn gpu_info(&self) -> String {
+        self.core.gpu.describe()
+    }
+
+    /// GPUs this engine has rings for (0 without the `cuda` feature, a
+    /// CUDA driver or a device); `Context::Gpu(id)` is valid below it.
+    pub fn gpus(&self) -> usize {
+        #[cfg(feature = "cuda")]
+        return self.core.gpu.devices();
+        #[cfg(not(feature = "cuda"))]
+        0
     }
 
     /// Worker threads serving CPU operations (0 for `naive`).
@@ -369,7 +405,10 @@ impl Engine {
         if self.core.would_deadlock(Some(var)) {
             return Err(EngineError::WaitWouldDeadlock);
         }
-        self.core.wait_var(var, write)
+        let waited = self.core.wait_var(var, write);
+        #[cfg(feature = "cuda")]
+        self.core.gpu.wait_var(&self.core, var.slot, write)?;
+        waited
     }
 
     /// Blocks until everything pushed so far has finished; returns the first
@@ -380,6 +419,8 @@ impl Engine {
         }
         self.flush_bulk()?;
         self.core.wait_all();
+        #[cfg(feature = "cuda")]
+        self.core.gpu.synchronize()?;
         self.core.first_error.take().map_or(Ok(()), |e| Err(EngineError::OpFailed(e)))
     }
 
@@ -506,6 +547,10 @@ impl Engine {
         self.core.wait_all();
         if self.core.close() {
             self.core.wait_all();
+            // Buffers an application frees after the engine must be idle
+            // on the device too.
+            #[cfg(feature = "cuda")]
+            let _ = self.core.gpu.synchronize();
             self.core.executor.stop();
         }
         Ok(())

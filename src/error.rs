@@ -62,6 +62,9 @@ pub enum EngineError {
     ShutDown,
     /// A setting (builder or environment variable) is invalid.
     Config(String),
+    /// A CUDA call the engine made to order GPU work (feature `cuda`)
+    /// failed; the text is the driver's error.
+    Gpu(String),
 }
 
 impl fmt::Display for EngineError {
@@ -77,6 +80,7 @@ impl fmt::Display for EngineError {
             ),
             EngineError::ShutDown => f.write_str("the engine is shutting down"),
             EngineError::Config(what) => write!(f, "invalid engine setting: {what}"),
+            EngineError::Gpu(what) => write!(f, "GPU error: {what}"),
         }
     }
 }

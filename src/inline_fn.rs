@@ -153,7 +153,7 @@ mod tests {
     use std::sync::Arc;
 
     fn ctx() -> RunContext {
-        RunContext { ctx: crate::Context::cpu(), worker: None, ticket: 0, priority: 0 }
+        RunContext::on_host(crate::Context::cpu())
     }
 
     #[test]

@@ -111,6 +111,12 @@ mod dispatch;
 mod engine;
 mod error;
 mod executor;
+/// The cudarc crate depengine's GPU rings are built on (feature `cuda`):
+/// use it for the streams and buffers of GPU operations.
+#[cfg(feature = "cuda")]
+pub use cudarc;
+#[cfg(feature = "cuda")]
+mod gpu;
 mod inline_fn;
 mod operator;
 mod opr;

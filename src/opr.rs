@@ -215,6 +215,10 @@ pub(crate) struct OprBlock {
     pub(crate) prof: ProfStamps,
     /// Hang diagnosis' copy of the operation (untouched when it is off).
     pub(crate) diag: DiagSlot,
+    /// A GPU operation running on a lane: the lane + 1 (0 otherwise); set
+    /// before its body runs, taken when it completes (`gpu/rings.rs`).
+    #[cfg(feature = "cuda")]
+    pub(crate) gpu_lane: AtomicU32,
 }
 
 impl Pooled for OprBlock {

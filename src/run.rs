@@ -73,7 +73,23 @@ impl Core {
             return;
         }
         let name = meta.opts.name;
-        let ctx = RunContext { ctx: meta.opts.ctx, worker, ticket: meta.ticket, priority: meta.opts.priority };
+        #[cfg(feature = "cuda")]
+        let stream = match self.gpu.before_body(self, block, meta) {
+            Ok(stream) => stream,
+            Err(e) => {
+                self.complete(op, Some(&OpError::new(name, format!("waiting for GPU work: {e}"))));
+                self.finish(op);
+                return;
+            }
+        };
+        let ctx = RunContext {
+            ctx: meta.opts.ctx,
+            worker,
+            ticket: meta.ticket,
+            priority: meta.opts.priority,
+            #[cfg(feature = "cuda")]
+            stream,
+        };
         let outer = CURRENT_OP.with(|c| c.replace((self, op)));
         if !meta.is_async {
             let outcome = catch_unwind(AssertUnwindSafe(|| self.invoke(block, &ctx, None)));
@@ -191,6 +207,16 @@ impl Core {
         // SAFETY: the completer owns the block until `finish`; `meta` and
         // the variables are not written by anyone else meanwhile.
         let (meta, deps) = unsafe { (block.meta(), block.dep_slice()) };
+        #[cfg(feature = "cuda")]
+        let gpu_failure;
+        #[cfg(feature = "cuda")]
+        let failure = match meta.opts.ctx.is_gpu().then(|| self.gpu.on_complete(self, block)) {
+            Some(Err(e)) if failure.is_none() => {
+                gpu_failure = OpError::new(meta.opts.name, format!("recording its GPU work: {e}"));
+                Some(&gpu_failure)
+            }
+            _ => failure,
+        };
         if meta.profile_session != 0 {
             self.stamp_end(block, failure.is_some());
         }

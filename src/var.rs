@@ -48,6 +48,10 @@ pub(crate) struct VarSlot {
     /// scheduling rule itself protects it.
     pub(crate) error: UnsafeCell<Option<Arc<OpError>>>,
     free_link: AtomicU32,
+    /// The GPU work a later operation on the variable waits for
+    /// (`gpu/fence.rs`).
+    #[cfg(feature = "cuda")]
+    pub(crate) gpu: crate::gpu::VarFence,
 }
 
 impl Pooled for VarSlot {

@@ -4,7 +4,7 @@
 mod common;
 
 use common::engines;
-use depengine::{Context, EngineError, EngineKind, PushOpts, RunContext};
+use depengine::{Context, EngineError, EngineKind, FnProperty, PushOpts, RunContext};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -173,11 +173,26 @@ fn deleted_foreign_and_twice_deleted_vars_are_errors() {
 }
 
 #[test]
-fn gpu_context_without_a_gpu_is_a_clear_error() {
+fn a_gpu_context_without_its_device_is_a_clear_error() {
     for engine in engines() {
-        let err = engine.push_sync_with(|_| {}, &[], &[], PushOpts::new().ctx(Context::Gpu(0))).unwrap_err();
-        assert!(matches!(err, EngineError::NoSuchDevice(_)), "{err:?}");
-        assert!(err.to_string().contains("gpu(0)"));
+        // gpu(0) on a machine without a GPU (or a build without `cuda`).
+        let missing = engine.gpus() as u32;
+        let v = engine.new_var();
+        for prop in [FnProperty::Normal, FnProperty::CopyToGpu, FnProperty::GpuPrioritized] {
+            let opts = PushOpts::new().ctx(Context::Gpu(missing)).prop(prop);
+            match engine.push_sync_with(|_| {}, &[], &[v], opts) {
+                Err(EngineError::NoSuchDevice(what)) => {
+                    assert!(what.starts_with(&format!("gpu({missing}): ")), "{what}");
+                    assert!(what.len() > 12, "the error says why: {what}");
+                }
+                other => panic!("{:?}: expected NoSuchDevice, got {other:?}", engine.kind()),
+            }
+        }
+        // Refused, nothing lost: the variable is untouched and usable.
+        assert_eq!(engine.var_version(v).unwrap(), 0);
+        engine.push_sync(|_| {}, &[], &[v]).unwrap();
+        engine.wait_all().unwrap();
+        assert_eq!(engine.var_version(v).unwrap(), 1);
     }
 }
 

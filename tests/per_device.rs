@@ -213,7 +213,8 @@ fn a_ready_async_operation_runs_inside_its_push() {
 #[test]
 fn priority_workers_run_prioritized_work_while_every_cpu_worker_is_busy() {
     let engine = Engine::builder().kind(EngineKind::PerDevice).cpu_workers(1).priority_workers(1).build().unwrap();
-    assert_eq!(engine.stats().per_worker.len(), 2, "one CPU worker and one priority worker");
+    let gpu_workers = 4 * engine.gpus(); // each GPU's rings (feature `cuda`): 2 compute, 1 priority, 1 copy
+    assert_eq!(engine.stats().per_worker.len(), 2 + gpu_workers, "one CPU worker and one priority worker");
     let gate = occupy_the_worker(&engine);
     let ran_on = Arc::new(Mutex::new(None));
     let r = ran_on.clone();

@@ -6,6 +6,10 @@ use depengine::{Engine, EngineKind, EngineStats};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+/// Workers each GPU's rings add (feature `cuda`, default sizes): 2 compute,
+/// 1 priority, 1 copy.
+const GPU_WORKERS: usize = 4;
+
 fn pooled(workers: usize) -> Engine {
     Engine::builder().kind(EngineKind::Pooled).cpu_workers(workers).build().unwrap()
 }
@@ -35,8 +39,10 @@ fn pushes_runs_and_waits_are_counted() {
         assert_eq!(s.pools.live_vars, 1);
         match kind {
             EngineKind::Naive => assert_eq!(s.ran_on_workers, 0, "the naive engine has no workers"),
-            EngineKind::Pooled => assert_eq!(s.per_worker.len(), 3, "two CPU workers and one copy worker"),
-            EngineKind::PerDevice => assert_eq!(s.per_worker.len(), 2, "two CPU workers"),
+            EngineKind::Pooled => {
+                assert_eq!(s.per_worker.len(), 3 + GPU_WORKERS * engine.gpus(), "two CPU workers and one copy worker")
+            }
+            EngineKind::PerDevice => assert_eq!(s.per_worker.len(), 2 + GPU_WORKERS * engine.gpus(), "two CPU workers"),
         }
     }
 }

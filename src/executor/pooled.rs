@@ -51,9 +51,14 @@ crate::sync::thread_local! {
 }
 
 impl WorkerPool {
-    fn new(workers: usize, first_worker_id: usize, spin: Duration) -> Self {
+    pub(crate) fn new(workers: usize, first_worker_id: usize, spin: Duration) -> Self {
+        Self::with_capacity(workers, first_worker_id, spin, RING_CAPACITY)
+    }
+
+    /// A pool whose ring holds `capacity` ready operations.
+    pub(crate) fn with_capacity(workers: usize, first_worker_id: usize, spin: Duration, capacity: usize) -> Self {
         WorkerPool {
-            ring: ReadyRing::new(RING_CAPACITY),
+            ring: ReadyRing::new(capacity),
             sleep: Sleep::new(workers, false),
             stop: AtomicBool::new(false),
             spin,
@@ -74,6 +79,28 @@ impl WorkerPool {
         }
         if let Err(op) = self.publish(op) {
             run_inline(core, op);
+        }
+    }
+
+    /// Like `schedule`, for work that must run on this pool's threads (a GPU
+    /// ring: its workers own the streams). When the ring is full, a worker
+    /// of the pool runs `op` itself and any other thread waits for room.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn schedule_here(&self, core: &Core, op: u32) {
+        if self.is_current() && NEXT.with(|n| n.get()) == NIL {
+            NEXT.with(|n| n.set(op));
+            return;
+        }
+        let mut op = op;
+        loop {
+            match self.publish(op) {
+                Ok(()) => return,
+                Err(back) if self.is_current() => return core.run(back, current_worker()),
+                Err(back) => {
+                    op = back;
+                    std::thread::yield_now();
+                }
+            }
         }
     }
 
@@ -127,7 +154,9 @@ impl WorkerPool {
         true
     }
 
-    fn work(&self, core: &Core, id: usize) {
+    /// The worker loop of worker `id` (the calling thread) until the pool
+    /// stops.
+    pub(crate) fn work(&self, core: &Core, id: usize) {
         let _guard = AbortOnUnwind;
         POOL.with(|p| p.set(self));
         WORKER_ID.with(|w| w.set(Some(id)));
@@ -150,6 +179,25 @@ impl WorkerPool {
         }
         core.leave_worker();
         POOL.with(|p| p.set(std::ptr::null()));
+    }
+}
+
+impl WorkerPool {
+    /// Its worker threads.
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+    pub(crate) fn workers(&self) -> usize {
+        self.workers
+    }
+
+    /// Tells the workers to stop once the ring is empty (then join them).
+    pub(crate) fn tell_stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.sleep.notify_all();
+    }
+
+    /// Adds its counters to `s`.
+    pub(crate) fn add_stats(&self, s: &mut EngineStats) {
+        self.counters.add_into(s);
     }
 }
 
@@ -213,8 +261,7 @@ impl Executor for PooledExecutor {
 
     fn stop(&self) {
         for pool in [&self.normal, &self.copy] {
-            pool.stop.store(true, Ordering::SeqCst);
-            pool.sleep.notify_all();
+            pool.tell_stop();
         }
         self.threads.join_all();
     }
@@ -235,8 +282,8 @@ impl Executor for PooledExecutor {
     }
 
     fn add_stats(&self, s: &mut EngineStats) {
-        self.normal.counters.add_into(s);
-        self.copy.counters.add_into(s);
+        self.normal.add_stats(s);
+        self.copy.add_stats(s);
     }
 }
 

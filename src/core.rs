@@ -84,6 +84,11 @@ pub(crate) struct Core {
     /// The GPU rings (none without a device) and the fences' lanes.
     #[cfg(feature = "cuda")]
     pub(crate) gpu: Arc<crate::gpu::GpuRings>,
+    /// Set when the first GPU operation is scheduled: until then no
+    /// variable has GPU work to wait for, and a run does not look (one
+    /// load of this read-mostly flag).
+    #[cfg(feature = "cuda")]
+    pub(crate) gpu_used: AtomicBool,
 }
 
 impl Core {
@@ -117,6 +122,8 @@ impl Core {
             max_pending: b.max_pending,
             #[cfg(feature = "cuda")]
             gpu,
+            #[cfg(feature = "cuda")]
+            gpu_used: AtomicBool::new(false),
         }
     }
 

@@ -420,7 +420,7 @@ impl Engine {
         self.flush_bulk()?;
         self.core.wait_all();
         #[cfg(feature = "cuda")]
-        self.core.gpu.synchronize()?;
+        self.core.gpu.synchronize(&self.core)?;
         self.core.first_error.take().map_or(Ok(()), |e| Err(EngineError::OpFailed(e)))
     }
 
@@ -550,7 +550,7 @@ impl Engine {
             // Buffers an application frees after the engine must be idle
             // on the device too.
             #[cfg(feature = "cuda")]
-            let _ = self.core.gpu.synchronize();
+            let _ = self.core.gpu.synchronize(&self.core);
             self.core.executor.stop();
         }
         Ok(())

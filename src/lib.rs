@@ -41,6 +41,14 @@
 //!   grouped by NUMA node, with work-stealing deques, a priority pool and
 //!   the inline path for ready `Async` operations.
 //!
+//! With the `cuda` feature every engine also has **GPU rings** (on cudarc):
+//! operations pushed with [`Context::Gpu`] run on a stream-owning worker of
+//! the device's compute, priority (`GpuPrioritized`) or copy ring, get the
+//! stream from `RunContext::stream`, and complete once their work is
+//! enqueued; later operations wait for it with CUDA events, on the device
+//! when they run on another stream (`docs/gpu-rings.md`). Without a CUDA
+//! driver or device a GPU context is a clear [`EngineError::NoSuchDevice`].
+//!
 //! Choose with [`EngineBuilder::kind`] or `DEPENGINE_ENGINE_TYPE`;
 //! [`Engine::global`] is a process-wide engine configured from the
 //! environment (see [`config`] for every variable).

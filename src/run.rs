@@ -74,13 +74,16 @@ impl Core {
         }
         let name = meta.opts.name;
         #[cfg(feature = "cuda")]
-        let stream = match self.gpu.before_body(self, block, meta) {
-            Ok(stream) => stream,
-            Err(e) => {
-                self.complete(op, Some(&OpError::new(name, format!("waiting for GPU work: {e}"))));
-                self.finish(op);
-                return;
-            }
+        let stream = match self.gpu_used.load(Ordering::Relaxed) {
+            false => None,
+            true => match self.gpu.before_body(self, block, meta) {
+                Ok(stream) => stream,
+                Err(e) => {
+                    self.complete(op, Some(&OpError::new(name, format!("waiting for GPU work: {e}"))));
+                    self.finish(op);
+                    return;
+                }
+            },
         };
         let ctx = RunContext {
             ctx: meta.opts.ctx,
@@ -210,12 +213,15 @@ impl Core {
         #[cfg(feature = "cuda")]
         let gpu_failure;
         #[cfg(feature = "cuda")]
-        let failure = match meta.opts.ctx.is_gpu().then(|| self.gpu.on_complete(self, block)) {
-            Some(Err(e)) if failure.is_none() => {
-                gpu_failure = OpError::new(meta.opts.name, format!("recording its GPU work: {e}"));
-                Some(&gpu_failure)
-            }
-            _ => failure,
+        let failure = match meta.opts.ctx.is_gpu() {
+            false => failure,
+            true => match self.gpu.on_complete(self, block) {
+                Err(e) if failure.is_none() => {
+                    gpu_failure = OpError::new(meta.opts.name, format!("recording its GPU work: {e}"));
+                    Some(&gpu_failure)
+                }
+                _ => failure,
+            },
         };
         if meta.profile_session != 0 {
             self.stamp_end(block, failure.is_some());

@@ -101,11 +101,14 @@ fn steady_state(kind: EngineKind, profile: bool) {
         batch(&engine, &vars, &op);
     }
 
+    // An allocation in the measured region prints where it happened.
+    alloc_count::trace_next_allocation(true);
     let before = allocations();
     for _ in 0..CYCLES / BATCH {
         batch(&engine, &vars, &op);
     }
     let allocated = allocations() - before;
+    alloc_count::trace_next_allocation(false);
     assert_eq!(
         allocated, 0,
         "{kind:?}: {allocated} heap allocations in {CYCLES} steady-state cycles (profiling: {profile})"

@@ -71,19 +71,24 @@ impl Lane {
     pub(crate) fn record(&self) -> Result<u64, DriverError> {
         let k = self.claimed.fetch_add(1, Ordering::Relaxed) + 1;
         let slot = Self::slot(k);
-        if k > EVENTS {
-            // Invariant 3: the slot's previous seq must be recorded (by a
-            // recorder that claimed it just before us)...
-            let previous = k - EVENTS;
-            while self.recorded[slot].load(Ordering::Acquire) < previous {
-                std::hint::spin_loop();
+        let recorded = (|| {
+            if k > EVENTS {
+                // Invariant 3: the slot's previous seq must be recorded (by
+                // a recorder that claimed it just before us)...
+                let previous = k - EVENTS;
+                while self.recorded[slot].load(Ordering::Acquire) < previous {
+                    std::hint::spin_loop();
+                }
+                // ...and done, before its event is reused.
+                self.wait_host(previous)?;
             }
-            // ...and done, before its event is reused.
-            self.wait_host(previous)?;
-        }
-        self.events[slot].record(&self.stream)?;
+            self.events[slot].record(&self.stream)
+        })();
+        // Marked even when a CUDA call failed, so that the slot's next
+        // recorder does not spin for ever; a failed seq is noted on no
+        // variable, so no one waits on the slot for it.
         self.recorded[slot].fetch_max(k, Ordering::Release);
-        Ok(k)
+        recorded.map(|()| k)
     }
 
     /// Whether seq `k`'s work is known to be done (no CUDA call).

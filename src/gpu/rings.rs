@@ -22,7 +22,7 @@ use crate::executor::pooled::WorkerPool;
 use crate::executor::{Executor, WorkerThreads};
 use crate::opr::{Meta, OprBlock};
 use crate::stats::EngineStats;
-use crate::sync::{AtomicBool, Ordering};
+use crate::sync::Ordering;
 use cudarc::driver::{CudaContext, CudaStream, DriverError};
 use std::cell::Cell;
 use std::sync::Arc;
@@ -61,9 +61,6 @@ pub(crate) struct GpuRings {
     /// Why there are no (more) devices, for the error of a GPU context
     /// naming one.
     why_not: String,
-    /// Set when the first GPU operation is scheduled: until then no
-    /// variable has a fence and CPU operations skip looking.
-    used: AtomicBool,
     first_worker_id: usize,
     threads: WorkerThreads,
 }
@@ -76,7 +73,6 @@ impl GpuRings {
             devices: Vec::new(),
             lanes: Vec::new(),
             why_not: String::new(),
-            used: AtomicBool::new(false),
             first_worker_id,
             threads: WorkerThreads::default(),
         };
@@ -206,18 +202,17 @@ impl GpuRings {
 
     // ----- the scheduling rule on the device (see `fence.rs`) ---------------
 
-    /// Before a body runs: a GPU operation on its lane makes the lane's
+    /// Before a body runs (once any GPU operation was scheduled,
+    /// `Core::gpu_used`): a GPU operation on its lane makes the lane's
     /// stream wait for the GPU work it depends on, and gets the stream;
     /// anything else, on the host, blocks until that work is done.
+    #[cold]
     pub(crate) fn before_body(
         &self,
         core: &Core,
         block: &OprBlock,
         meta: &Meta,
     ) -> Result<Option<Arc<CudaStream>>, DriverError> {
-        if !self.used.load(Ordering::Relaxed) {
-            return Ok(None);
-        }
         let lane = LANE.with(|l| l.get());
         let on_lane = match meta.opts.ctx {
             Context::Gpu(d) => self.lanes.get(lane).filter(|l| l.device == d),
@@ -236,6 +231,7 @@ impl GpuRings {
 
     /// When a GPU operation that ran on a lane completes (before anything
     /// is granted): records its seq and notes it on its variables.
+    #[cold]
     pub(crate) fn on_complete(&self, core: &Core, block: &OprBlock) -> Result<(), DriverError> {
         let lane = block.gpu_lane.swap(0, Ordering::Relaxed);
         if lane == 0 {
@@ -253,15 +249,15 @@ impl GpuRings {
     /// After `wait_var` / `wait_to_write`: blocks until the GPU work on the
     /// variable in slot `slot` is done.
     pub(crate) fn wait_var(&self, core: &Core, slot: u32, write: bool) -> Result<(), EngineError> {
-        if !self.used.load(Ordering::Acquire) {
+        if !core.gpu_used.load(Ordering::Acquire) {
             return Ok(());
         }
         core.vars.get(slot).gpu.wait(&self.lanes, &Waiter::Host, write).map_err(gpu_error)
     }
 
     /// After `wait_all` and at shutdown: blocks until every stream is idle.
-    pub(crate) fn synchronize(&self) -> Result<(), EngineError> {
-        if !self.used.load(Ordering::Acquire) {
+    pub(crate) fn synchronize(&self, core: &Core) -> Result<(), EngineError> {
+        if !core.gpu_used.load(Ordering::Acquire) {
             return Ok(());
         }
         self.lanes.iter().try_for_each(|l| l.synchronize()).map_err(gpu_error)
@@ -311,8 +307,8 @@ impl Executor for GpuExecutor {
         // SAFETY: a ready block's `meta` is read-only for its scheduler.
         match unsafe { core.oprs.get(op).meta().opts.ctx } {
             Context::Gpu(d) => {
-                if !self.rings.used.load(Ordering::Relaxed) {
-                    self.rings.used.store(true, Ordering::Relaxed);
+                if !core.gpu_used.load(Ordering::Relaxed) {
+                    core.gpu_used.store(true, Ordering::Relaxed);
                 }
                 self.rings.pool(d, prop).schedule_here(core, op);
             }

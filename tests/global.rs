@@ -58,3 +58,22 @@ fn observability_is_configured_from_the_environment() {
     assert!(recorded > 0 && recorded <= 64 * 5, "a 64-operation ring per lane: {recorded} recorded");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The GPU ring sizes (used with the `cuda` feature): parsed and checked
+/// with or without it, so a bad value is an error on every build.
+#[test]
+fn gpu_ring_sizes_are_read_and_checked() {
+    let _turn = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    std::env::remove_var("DEPENGINE_SPIN_US");
+    for name in ["DEPENGINE_GPU_COMPUTE_WORKERS", "DEPENGINE_GPU_PRIORITY_WORKERS", "DEPENGINE_GPU_COPY_WORKERS"] {
+        std::env::set_var(name, "two");
+        assert!(matches!(EngineBuilder::from_env(), Err(EngineError::Config(m)) if m.contains(name)), "{name}");
+        std::env::set_var(name, "0");
+        let refused = EngineBuilder::from_env().unwrap().kind(EngineKind::Naive).build();
+        let setting = name.trim_start_matches("DEPENGINE_").to_ascii_lowercase();
+        assert!(matches!(&refused, Err(EngineError::Config(m)) if m.contains(&setting)), "{name}: {refused:?}");
+        std::env::set_var(name, "3");
+        assert!(EngineBuilder::from_env().unwrap().kind(EngineKind::Naive).build().is_ok(), "{name}");
+        std::env::remove_var(name);
+    }
+}

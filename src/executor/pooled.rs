@@ -51,7 +51,7 @@ crate::sync::thread_local! {
 }
 
 impl WorkerPool {
-    pub(crate) fn new(workers: usize, first_worker_id: usize, spin: Duration) -> Self {
+    fn new(workers: usize, first_worker_id: usize, spin: Duration) -> Self {
         Self::with_capacity(workers, first_worker_id, spin, RING_CAPACITY)
     }
 
@@ -72,9 +72,18 @@ impl WorkerPool {
         POOL.with(|p| std::ptr::eq(p.get(), self))
     }
 
-    fn schedule(&self, core: &Core, op: u32) {
+    /// A worker of this pool keeps `op` in its free successor slot;
+    /// returns whether it did.
+    fn keep_as_successor(&self, op: u32) -> bool {
         if self.is_current() && NEXT.with(|n| n.get()) == NIL {
             NEXT.with(|n| n.set(op));
+            return true;
+        }
+        false
+    }
+
+    fn schedule(&self, core: &Core, op: u32) {
+        if self.keep_as_successor(op) {
             return;
         }
         if let Err(op) = self.publish(op) {
@@ -87,8 +96,7 @@ impl WorkerPool {
     /// of the pool runs `op` itself and any other thread waits for room.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn schedule_here(&self, core: &Core, op: u32) {
-        if self.is_current() && NEXT.with(|n| n.get()) == NIL {
-            NEXT.with(|n| n.set(op));
+        if self.keep_as_successor(op) {
             return;
         }
         let mut op = op;
@@ -180,9 +188,7 @@ impl WorkerPool {
         core.leave_worker();
         POOL.with(|p| p.set(std::ptr::null()));
     }
-}
 
-impl WorkerPool {
     /// Its worker threads.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn workers(&self) -> usize {

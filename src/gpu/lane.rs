@@ -33,6 +33,10 @@ const EVENTS: u64 = 256;
 pub(crate) struct Lane {
     /// The device this lane's stream belongs to.
     pub(crate) device: u32,
+    /// Its ring on the device (an index of `rings.rs`' `RINGS`) and its
+    /// worker's index in that ring.
+    pub(crate) ring: usize,
+    pub(crate) index: usize,
     pub(crate) stream: Arc<CudaStream>,
     events: Box<[CudaEvent]>,
     /// The seq last recorded into each event slot.
@@ -45,8 +49,13 @@ pub(crate) struct Lane {
 
 impl Lane {
     /// A new stream on `ctx` (with CUDA stream priority `priority`, lower is
-    /// more urgent) and its events.
-    pub(crate) fn new(device: u32, ctx: &Arc<CudaContext>, priority: Option<i32>) -> Result<Lane, DriverError> {
+    /// more urgent) and its events, for worker `index` of ring `ring` of
+    /// `device`.
+    pub(crate) fn new(
+        (device, ring, index): (u32, usize, usize),
+        ctx: &Arc<CudaContext>,
+        priority: Option<i32>,
+    ) -> Result<Lane, DriverError> {
         let stream = match priority {
             Some(p) => ctx.new_stream_with_priority(p)?,
             None => ctx.new_stream()?,
@@ -54,6 +63,8 @@ impl Lane {
         let events = (0..EVENTS).map(|_| ctx.new_event(None)).collect::<Result<Box<[_]>, _>>()?;
         Ok(Lane {
             device,
+            ring,
+            index,
             stream,
             events,
             recorded: (0..EVENTS).map(|_| AtomicU64::new(0)).collect(),

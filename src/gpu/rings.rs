@@ -31,8 +31,12 @@ use std::time::Duration;
 /// Ready operations one ring holds (see the module docs).
 const RING_CAPACITY: usize = 1 << 16;
 
-/// The rings a device has, in lane order.
+/// The rings a device has, in lane order (indices `COMPUTE`, `PRIORITY`,
+/// `COPY`).
 const RINGS: [&str; 3] = ["compute", "priority", "copy"];
+const COMPUTE: usize = 0;
+const PRIORITY: usize = 1;
+const COPY: usize = 2;
 
 crate::sync::thread_local! {
     /// The lane this thread owns (`usize::MAX`: none).
@@ -109,9 +113,9 @@ impl GpuRings {
         let (_, greatest) = cudarc::driver::result::stream::get_priority_range().unwrap_or((0, 0));
         let mut lanes = Vec::new();
         for (ring, n) in [sizes.compute, sizes.priority, sizes.copy].into_iter().enumerate() {
-            let priority = (RINGS[ring] == "priority").then_some(greatest);
-            for _ in 0..n {
-                lanes.push(Lane::new(device, &ctx, priority)?);
+            let priority = (ring == PRIORITY).then_some(greatest);
+            for index in 0..n {
+                lanes.push(Lane::new((device, ring, index), &ctx, priority)?);
             }
         }
         let mut first = self.first_worker_id + self.lanes.len();
@@ -169,27 +173,21 @@ impl GpuRings {
     /// The ring of device `device` that serves `prop`.
     fn pool(&self, device: u32, prop: FnProperty) -> &Arc<WorkerPool> {
         let ring = match prop {
-            FnProperty::CopyToGpu | FnProperty::CopyFromGpu => 2,
-            FnProperty::GpuPrioritized => 1,
-            _ => 0,
+            FnProperty::CopyToGpu | FnProperty::CopyFromGpu => COPY,
+            FnProperty::GpuPrioritized => PRIORITY,
+            _ => COMPUTE,
         };
         &self.devices[device as usize].pools[ring]
     }
 
     fn start(self: &Arc<Self>, core: &Arc<Core>) {
-        let mut lane = 0;
-        for (d, dev) in self.devices.iter().enumerate() {
-            for (ring, pool) in RINGS.iter().zip(&dev.pools) {
-                for i in 0..pool.workers() {
-                    let (core, pool) = (core.clone(), pool.clone());
-                    let id = self.first_worker_id + lane;
-                    self.threads.spawn(format!("depengine-gpu{d}-{ring}-{i}"), move || {
-                        LANE.with(|l| l.set(lane));
-                        pool.work(&core, id);
-                    });
-                    lane += 1;
-                }
-            }
+        for (lane, l) in self.lanes.iter().enumerate() {
+            let (core, pool) = (core.clone(), self.devices[l.device as usize].pools[l.ring].clone());
+            let id = self.first_worker_id + lane;
+            self.threads.spawn(format!("depengine-gpu{}-{}-{}", l.device, RINGS[l.ring], l.index), move || {
+                LANE.with(|cell| cell.set(lane));
+                pool.work(&core, id);
+            });
         }
     }
 
@@ -338,18 +336,13 @@ impl Executor for GpuExecutor {
     }
 
     fn worker_name(&self, id: usize) -> String {
-        let Some(mut lane) = id.checked_sub(self.cpu.worker_threads()) else {
+        let Some(lane) = id.checked_sub(self.cpu.worker_threads()) else {
             return self.cpu.worker_name(id);
         };
-        for (d, dev) in self.rings.devices.iter().enumerate() {
-            for (ring, pool) in RINGS.iter().zip(&dev.pools) {
-                if lane < pool.workers() {
-                    return format!("gpu({d}) {ring} stream {lane}");
-                }
-                lane -= pool.workers();
-            }
+        match self.rings.lanes.get(lane) {
+            Some(l) => format!("gpu({}) {} stream {}", l.device, RINGS[l.ring], l.index),
+            None => format!("worker {id}"),
         }
-        format!("worker {id}")
     }
 
     fn add_stats(&self, s: &mut EngineStats) {

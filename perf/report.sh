@@ -13,7 +13,8 @@
 #    out StarPU and MXNet, which take most of the run's time);
 # 3. runs the harness on every workload, every engine and every peer, each
 #    row PAIRS times with engines and peers in turn (default 3), writing
-#    perf/reports/<date>.{txt,json,svg,md};
+#    perf/reports/<date>.{txt,json,svg,md} (REPORT_NAME=<name> instead of
+#    the date: a second run of a day);
 # 4. replaces the part of PERF.md between `<!-- report:begin -->` and
 #    `<!-- report:end -->` with the markdown tables;
 # 5. runs the criterion suite of the engine's parts and puts its medians
@@ -80,7 +81,7 @@ if [[ $SLOW == 1 && -d "$MXNET_DIR" ]]; then
     else echo "   !! peer mxnet did not build (see $BUILD/mxnet.log): left out"; fi
 fi
 
-stamp="perf/reports/$(date +%Y-%m-%d)"
+stamp="perf/reports/${REPORT_NAME:-$(date +%Y-%m-%d)}"
 quick=()
 [[ "${QUICK:-0}" == 1 ]] && quick=(--quick) && stamp="$stamp-quick"
 echo "== depengine-perf → $stamp.{txt,json,svg,md}"

@@ -71,10 +71,13 @@ impl EngineKind {
 /// 1,024 of them 448 KB) and also how long an operation's lines wait
 /// between its push and its run. With a deep backlog a block is run
 /// milliseconds after its pusher wrote it, by when its lines have left the
-/// caches; with a shallow one they are still near. Measured on the W=1000
-/// workloads (PERF.md, "What each change did"): 1,024 instead of 16,384 is
-/// 6–25 % faster on every row of both threaded engines (`nodeps` within
-/// 5 % of the 2-worker ideal), W=0 rows within the noise, 512 no better.
+/// caches; with a shallow one they are still near. Measured against
+/// 16,384 (PERF.md, "Changes of 2026-11-23, measured"): the parallel
+/// W=1000 rows of both threaded engines 4–16 % faster in alternating pairs
+/// (15–24 % at ten times the operations; `chain`, one body at a time,
+/// unchanged), the W=0 rows within the noise but `fanout`
+/// (4–7 % slower: the pusher now throttles on the backlog's swings); 512
+/// no better.
 pub const DEFAULT_MAX_PENDING: u64 = 1_024;
 
 /// Builds an [`Engine`]; every setting also has an environment variable

@@ -287,10 +287,18 @@ impl EngineBuilder {
     /// pushing thread helps run ready work (or briefly waits) before its push
     /// returns, so a pusher racing ahead of the workers cannot exhaust memory.
     /// `0` removes the cap; the default is [`DEFAULT_MAX_PENDING`]. Pushes
-    /// from inside an operation are never held
-    /// back, and the wait is bounded (a few hundred µs per push), so an
-    /// application that keeps more than this many asynchronous operations
-    /// outstanding on purpose is slowed, never deadlocked.
+    /// from inside an operation are never held back. A pusher that finds
+    /// nothing to help with waits a bounded time (a few hundred µs) and then
+    /// goes on; it is not held again until some operation finishes, so an
+    /// application that keeps more than this many operations outstanding on
+    /// purpose (asynchronous ones whose completions come later, or work
+    /// queued behind a long operation) is slowed once, never deadlocked.
+    ///
+    /// Like a thread blocked in a wait, a pusher above the cap may run *any*
+    /// ready operation itself. A body must therefore not wait for something
+    /// the pushing thread will only do after its pushes (set a flag, signal
+    /// a channel): if the pusher picks that body up, it waits on itself.
+    /// Raise the cap above the work such a program queues, or set `0`.
     pub fn max_pending(mut self, n: u64) -> Self {
         self.max_pending = n;
         self

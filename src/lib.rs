@@ -74,6 +74,10 @@
 //! them before its push returns. See `ARCHITECTURE.md` for one operation's
 //! walk through the code.
 //!
+//! A thread that helps (one blocked in a wait, or a pusher above the cap)
+//! may run any ready operation, so a body must not wait for something its
+//! pushing thread only does later; [`EngineBuilder::max_pending`] says more.
+//!
 //! ## Seeing what it did
 //!
 //! - [`Engine::stats`]: always-on counters ([`EngineStats`]).

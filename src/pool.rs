@@ -137,6 +137,16 @@ impl<T: Pooled> Pool<T> {
         }
     }
 
+    /// A pool whose first segment is already allocated: for values whose
+    /// first `take` may come on a path that must not allocate (a wait slot:
+    /// a program may wait on a marker for the first time long after its
+    /// warm-up, `tests/alloc.rs`).
+    pub(crate) fn with_first_segment() -> Self {
+        let pool = Self::new();
+        pool.ensure_segment(0);
+        pool
+    }
+
     /// Takes an index: a freed one if any, else a never-used one (allocating
     /// a segment the first time one is reached).
     pub(crate) fn take(&self) -> u32 {

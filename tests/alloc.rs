@@ -59,7 +59,11 @@ fn steady_state_push_run_complete_allocates_nothing() {
 }
 
 fn steady_state(kind: EngineKind, profile: bool) {
-    let engine = Engine::builder().kind(kind).cpu_workers(2).build().unwrap();
+    // The warm-up holds 2 × BATCH operations behind a body that spins until
+    // this thread opens it. Above the pending cap this thread would help run
+    // ready work, the blocker included, and spin in it for ever: the cap
+    // must leave room for the whole warm-up.
+    let engine = Engine::builder().kind(kind).cpu_workers(2).max_pending(4 * BATCH as u64).build().unwrap();
     if profile {
         engine.start_profiling();
     }

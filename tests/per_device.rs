@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{eventually, until_open};
+use common::{eventually, occupy_a_worker, until_open};
 use depengine::{Engine, EngineKind, FnProperty, PushOpts, Topology, TopologySource};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,21 +13,6 @@ use std::time::Duration;
 
 fn per_device(workers: usize) -> Engine {
     Engine::builder().kind(EngineKind::PerDevice).cpu_workers(workers).build().unwrap()
-}
-
-/// Pushes a blocker and returns once a worker is inside it, with the gate
-/// that lets it go.
-fn occupy_the_worker(engine: &Engine) -> Arc<AtomicBool> {
-    let gate = Arc::new(AtomicBool::new(false));
-    let inside = Arc::new(AtomicBool::new(false));
-    let (block, i) = (until_open(&gate), inside.clone());
-    let body = move |ctx: &depengine::RunContext| {
-        i.store(true, Ordering::Release);
-        block(ctx)
-    };
-    engine.push_sync(body, &[], &[]).unwrap();
-    assert!(eventually(Duration::from_secs(10), || inside.load(Ordering::Acquire)));
-    gate
 }
 
 #[test]
@@ -143,7 +128,7 @@ fn work_pushed_behind_a_blocked_worker_still_drains() {
 fn prioritized_operations_start_first_in_priority_order() {
     let engine = per_device(1);
     // The only worker is inside the blocker: everything below queues.
-    let gate = occupy_the_worker(&engine);
+    let gate = occupy_a_worker(&engine, &[]);
     let started = Arc::new(Mutex::new(Vec::new()));
     let push = |label: &'static str, priority: i32, prioritized: bool| {
         let s = started.clone();
@@ -215,7 +200,7 @@ fn priority_workers_run_prioritized_work_while_every_cpu_worker_is_busy() {
     let engine = Engine::builder().kind(EngineKind::PerDevice).cpu_workers(1).priority_workers(1).build().unwrap();
     let gpu_workers = 4 * engine.gpus(); // each GPU's rings (feature `cuda`): 2 compute, 1 priority, 1 copy
     assert_eq!(engine.stats().per_worker.len(), 2 + gpu_workers, "one CPU worker and one priority worker");
-    let gate = occupy_the_worker(&engine);
+    let gate = occupy_a_worker(&engine, &[]);
     let ran_on = Arc::new(Mutex::new(None));
     let r = ran_on.clone();
     let opts = PushOpts::new().prop(FnProperty::CpuPrioritized).priority(1);

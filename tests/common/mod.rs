@@ -3,7 +3,7 @@
 //! body that blocks until a gate opens.
 #![allow(dead_code, unreachable_pub)]
 
-use depengine::{Engine, EngineKind, RunContext};
+use depengine::{Engine, EngineKind, RunContext, Var};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -95,4 +95,21 @@ pub fn until_open(gate: &Arc<AtomicBool>) -> impl FnOnce(&RunContext) + Send + '
             std::thread::sleep(Duration::from_micros(200));
         }
     }
+}
+
+/// Pushes a blocker that writes `writes` and returns once a worker is inside
+/// it, with the gate that lets it go. Work queued behind it afterwards stays
+/// queued: the blocker is already running, so no thread that helps (a
+/// waiter, a throttled pusher) can pick it up and block on the gate itself.
+pub fn occupy_a_worker(engine: &Engine, writes: &[Var]) -> Arc<AtomicBool> {
+    let gate = Arc::new(AtomicBool::new(false));
+    let inside = Arc::new(AtomicBool::new(false));
+    let (block, i) = (until_open(&gate), inside.clone());
+    let body = move |ctx: &RunContext| {
+        i.store(true, Ordering::Release);
+        block(ctx)
+    };
+    engine.push_sync(body, &[], writes).unwrap();
+    assert!(eventually(Duration::from_secs(10), || inside.load(Ordering::Acquire)), "no worker took the blocker");
+    gate
 }

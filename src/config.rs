@@ -288,11 +288,11 @@ impl EngineBuilder {
     /// returns, so a pusher racing ahead of the workers cannot exhaust memory.
     /// `0` removes the cap; the default is [`DEFAULT_MAX_PENDING`]. Pushes
     /// from inside an operation are never held back. A pusher that finds
-    /// nothing to help with waits a bounded time (a few hundred µs) and then
-    /// goes on; it is not held again until some operation finishes, so an
-    /// application that keeps more than this many operations outstanding on
-    /// purpose (asynchronous ones whose completions come later, or work
-    /// queued behind a long operation) is slowed once, never deadlocked.
+    /// nothing to help with waits a bounded time (a few hundred µs per
+    /// push) and then goes on, so an application that keeps more than this
+    /// many operations outstanding on purpose (asynchronous ones whose
+    /// completions come later, or work queued behind a long operation) is
+    /// slowed, never deadlocked.
     ///
     /// Like a thread blocked in a wait, a pusher above the cap may run *any*
     /// ready operation itself. A body must therefore not wait for something

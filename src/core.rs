@@ -19,7 +19,7 @@ use crate::opr::{Body, Dep, OprBlock, OprKind, READ, WRITE};
 use crate::pool::{Pool, TakeCache, NIL};
 use crate::profiler::Profiler;
 use crate::stats::Stats;
-use crate::sync::{AtomicBool, AtomicU64, Ordering, UnsafeCell};
+use crate::sync::{AtomicBool, Ordering, UnsafeCell};
 use crate::var::{Var, VarSlot, DELETE_DISPATCHED, DELETE_REQUESTED};
 use crate::var_queue::VarBlock;
 use crate::wait::{FirstError, Helper, PendingCounter, WaitSlot};
@@ -81,9 +81,6 @@ pub(crate) struct Core {
     pub(crate) diagnosis: Option<Diagnosis>,
     /// The pending-operation cap (0: none); see `throttle`.
     max_pending: u64,
-    /// The finished count when a throttled pusher last gave up waiting
-    /// (`u64::MAX`: never); see `throttle`.
-    throttle_gave_up_at: AtomicU64,
     /// The GPU rings (none without a device) and the fences' lanes.
     #[cfg(feature = "cuda")]
     pub(crate) gpu: Arc<crate::gpu::GpuRings>,
@@ -123,7 +120,6 @@ impl Core {
             profiler: Profiler::new(workers, b.profile_events),
             diagnosis,
             max_pending: b.max_pending,
-            throttle_gave_up_at: AtomicU64::new(u64::MAX),
             #[cfg(feature = "cuda")]
             gpu,
             #[cfg(feature = "cuda")]
@@ -309,29 +305,17 @@ impl Core {
     /// is back under it. Never inside a body (its own operation is pending),
     /// and never for long without progress (bounded spin), so it cannot
     /// deadlock a program that holds completions on purpose.
-    ///
-    /// A pusher that gave up (nothing finished while it yielded) is not held
-    /// again until some operation finishes: work parked behind a long
-    /// operation costs the pushes after it one bounded wait in all, not one
-    /// each.
     #[cold]
     fn throttle(&self) {
         let (core, _) = CURRENT_OP.with(|c| c.get());
         if std::ptr::eq(core, self) {
             return;
         }
-        let finished = self.pending.finished();
-        if finished == self.throttle_gave_up_at.load(Ordering::Relaxed) {
-            return;
-        }
         self.stats.throttled();
         let mut idle = 0u32;
-        while self.pending() >= self.max_pending {
+        while self.pending() >= self.max_pending && idle < THROTTLE_IDLE_LIMIT {
             if self.help_once() {
                 idle = 0;
-            } else if idle == THROTTLE_IDLE_LIMIT {
-                self.throttle_gave_up_at.store(self.pending.finished(), Ordering::Relaxed);
-                return;
             } else {
                 idle += 1;
                 std::thread::yield_now();

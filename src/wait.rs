@@ -96,12 +96,6 @@ impl PendingCounter {
         dispatched.saturating_sub(self.finished.load(Ordering::SeqCst))
     }
 
-    /// Operations finished so far.
-    #[inline]
-    pub(crate) fn finished(&self) -> u64 {
-        self.finished.load(Ordering::Acquire)
-    }
-
     /// Whether every operation submitted so far has finished.
     ///
     /// The order of the reads matters: an operation pushed from a body is

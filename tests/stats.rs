@@ -101,8 +101,8 @@ fn the_pending_high_water_mark_sees_a_backlog() {
 #[test]
 fn the_pending_cap_counts_throttled_pushes() {
     // The writes queue behind a running blocker, so the backlog passes the
-    // cap whatever the worker's speed; the throttled pusher finds nothing to
-    // help with and gives up once (not once per push) until work finishes.
+    // cap whatever the worker's speed; each push above it finds nothing to
+    // help with and goes on after a bounded wait.
     let engine = Engine::builder().cpu_workers(1).max_pending(4).build().unwrap();
     let v = engine.new_var();
     let gate = common::occupy_a_worker(&engine, &[v]);
@@ -110,7 +110,7 @@ fn the_pending_cap_counts_throttled_pushes() {
         engine.push_sync(|_| {}, &[], &[v]).unwrap();
     }
     let held = engine.stats();
-    assert_eq!(held.throttled, 1, "{held}");
+    assert!(held.throttled >= 190, "{held}");
     gate.store(true, Ordering::Release);
     engine.wait_all().unwrap();
     let s: EngineStats = engine.stats();

@@ -255,7 +255,12 @@ impl Core {
         }
         // SAFETY: still phase 1: exclusively ours.
         unsafe {
-            block.body.with_mut(|b| *b = body);
+            block.body.with_mut(|b| {
+                // A free block's body is `Empty` (`finish` and `discard`
+                // leave it so): nothing to drop, so no drop check.
+                debug_assert!(matches!(*b, Body::Empty));
+                std::ptr::write(b, body)
+            });
             let meta = block.meta_mut();
             meta.opts = *opts;
             meta.kind = kind;

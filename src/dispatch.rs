@@ -134,11 +134,20 @@ impl Dispatcher {
         self.release(oprs, &mut dispatch);
     }
 
-    /// Dispatches everything on the stack, oldest first. Combiner only.
+    /// Dispatches everything on the stack, oldest first; returns whether
+    /// there was anything. Combiner only.
+    #[inline(always)]
     fn drain(&self, oprs: &Pool<OprBlock>, dispatch: &mut impl FnMut(u32, u64)) -> bool {
+        // The stack is empty on almost every call: one load, no call.
         if self.stack.load(Ordering::Relaxed) == NIL {
             return false;
         }
+        self.drain_stack(oprs, dispatch);
+        true
+    }
+
+    #[inline(never)]
+    fn drain_stack(&self, oprs: &Pool<OprBlock>, dispatch: &mut impl FnMut(u32, u64)) {
         let mut top = self.stack.swap(NIL, Ordering::Acquire);
         // Reverse the LIFO chain into push order.
         let mut fifo = NIL;
@@ -157,7 +166,6 @@ impl Dispatcher {
             fifo = next;
         }
         self.undispatched.fetch_sub(stamped, Ordering::SeqCst);
-        true
     }
 
     /// Drains until the stack is empty, then gives up `busy` without

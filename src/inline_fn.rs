@@ -130,10 +130,27 @@ impl InlineFn {
 
     /// Calls the stored body, leaving `self` empty.
     pub(crate) fn invoke(&mut self, ctx: &RunContext, completion: Option<Completion>) -> Outcome {
-        let vtable = self.vtable.take().expect("invoking an empty body");
+        // SAFETY: `self` is a valid, exclusive `InlineFn`.
+        unsafe { Self::invoke_in_place(self, ctx, completion) }
+    }
+
+    /// [`invoke`](Self::invoke) through a pointer, holding no reference
+    /// into `*this` while the body runs: the body is moved out of the
+    /// storage before it is called, so others may read the memory around
+    /// it meanwhile (an operation block's variables, read by a completion
+    /// the body signals).
+    ///
+    /// # Safety
+    ///
+    /// `this` points to a valid `InlineFn` that nobody else accesses until
+    /// the body has been moved out (the call has begun).
+    pub(crate) unsafe fn invoke_in_place(this: *mut Self, ctx: &RunContext, completion: Option<Completion>) -> Outcome {
+        // SAFETY: per the contract, `*this` is ours for this statement.
+        let vtable = unsafe { (*this).vtable.take() }.expect("invoking an empty body");
         // SAFETY: `vtable` matches what `store` wrote, and taking it first
-        // means the moved-out value is never dropped or invoked again.
-        unsafe { (vtable.invoke)(&mut self.storage, ctx, completion) }
+        // means the moved-out value is never dropped or invoked again; the
+        // storage pointer is raw, so no reference outlives the move-out.
+        unsafe { (vtable.invoke)(std::ptr::addr_of_mut!((*this).storage), ctx, completion) }
     }
 }
 

@@ -10,9 +10,12 @@
 //! # Layout
 //!
 //! Slots live in segments of doubling size: segment `k` holds
-//! `SEGMENT_BASE << k` slots, so index `i` maps to a segment and offset with
-//! one `ilog2` and no table look-up besides the segment pointer. Segments are
-//! allocated on demand (warm-up) and only freed when the pool is dropped.
+//! `SEGMENT_BASE << k` slots, so index `i` maps to its segment with one
+//! `ilog2`. Segments are allocated on demand (warm-up) and only freed when
+//! the pool is dropped. Besides each segment's address the pool keeps its
+//! *origin*: where index 0 would lie if the segment reached down to it, so
+//! that the slot of index `i` is `origins[segment] + i`, with no offset to
+//! compute (a look-up is on every step of an operation's life).
 //!
 //! # The free list
 //!
@@ -107,6 +110,10 @@ pub(crate) struct Pool<T> {
     free: CachePadded<AtomicU64>,
     fresh: CachePadded<AtomicU32>,
     segments: [AtomicPtr<Slot<T>>; SEGMENTS],
+    /// `segments[k]` minus the index of its first slot (`segment_start`),
+    /// computed with wrapping arithmetic: only ever offset back into the
+    /// segment by an index of that segment. Null while the segment is.
+    origins: [AtomicPtr<Slot<T>>; SEGMENTS],
 }
 
 // SAFETY: the pool hands out shared references to `T` on any thread, so `T`
@@ -115,12 +122,16 @@ unsafe impl<T: Send + Sync> Sync for Pool<T> {}
 // SAFETY: as above; the pool owns its segments.
 unsafe impl<T: Send + Sync> Send for Pool<T> {}
 
+/// The segment that holds `index`.
 #[inline(always)]
-fn locate(index: u32) -> (usize, usize) {
-    let n = index / SEGMENT_BASE + 1;
-    let seg = n.ilog2();
-    let start = SEGMENT_BASE * ((1u32 << seg) - 1);
-    (seg as usize, (index - start) as usize)
+fn segment_of(index: u32) -> usize {
+    (index / SEGMENT_BASE + 1).ilog2() as usize
+}
+
+/// The index of segment `seg`'s first slot.
+#[inline(always)]
+fn segment_start(seg: usize) -> u32 {
+    SEGMENT_BASE * ((1u32 << seg) - 1)
 }
 
 #[inline(always)]
@@ -134,6 +145,7 @@ impl<T: Pooled> Pool<T> {
             free: CachePadded::new(AtomicU64::new(NIL as u64)),
             fresh: CachePadded::new(AtomicU32::new(0)),
             segments: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
+            origins: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
         }
     }
 
@@ -169,7 +181,7 @@ impl<T: Pooled> Pool<T> {
             }
         }
         let index = self.fresh.fetch_add(1, Ordering::Relaxed);
-        let (seg, _) = locate(index);
+        let seg = segment_of(index);
         assert!(seg < SEGMENTS && index != NIL, "depengine: object pool exhausted");
         self.ensure_segment(seg);
         self.slot(index).set_owned(index, true);
@@ -178,7 +190,8 @@ impl<T: Pooled> Pool<T> {
 
     #[cold]
     fn ensure_segment(&self, seg: usize) {
-        if !self.segments[seg].load(Ordering::Acquire).is_null() {
+        // The origin is what `slot` reads, so it is what says "ready".
+        if !self.origins[seg].load(Ordering::Acquire).is_null() {
             return;
         }
         let slots: Box<[Slot<T>]> = (0..segment_len(seg))
@@ -189,10 +202,22 @@ impl<T: Pooled> Pool<T> {
             })
             .collect();
         let fresh = Box::into_raw(slots) as *mut Slot<T>;
-        if self.segments[seg].compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire).is_err() {
-            // SAFETY: `fresh` came from `Box::into_raw` of a slice of this
-            // length just above and was never published.
-            drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(fresh, segment_len(seg))) });
+        if self.segments[seg].compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            let origin = fresh.wrapping_sub(segment_start(seg) as usize);
+            // A heap address equal to the segment's start offset; cannot
+            // happen (user space starts far above), but would read as "no
+            // segment".
+            assert!(!origin.is_null(), "depengine: pool segment at an impossible address");
+            self.origins[seg].store(origin, Ordering::Release);
+            return;
+        }
+        // SAFETY: `fresh` came from `Box::into_raw` of a slice of this
+        // length just above and was never published.
+        drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(fresh, segment_len(seg))) });
+        // Another taker allocated the segment: its origin follows at once
+        // (no allocation in between), and our index needs it.
+        while self.origins[seg].load(Ordering::Acquire).is_null() {
+            crate::sync::spin_hint();
         }
     }
 
@@ -238,13 +263,18 @@ impl<T: Pooled> Pool<T> {
 
     #[inline(always)]
     fn slot(&self, index: u32) -> &Slot<T> {
-        let (seg, off) = locate(index);
-        let base = self.segments[seg].load(Ordering::Acquire);
-        debug_assert!(!base.is_null(), "index {index} outside every segment");
-        // SAFETY: `index` was handed out by `take`, which made sure its
-        // segment exists; segments are never freed while `self` lives, and
-        // `off < segment_len(seg)` by construction of `locate`.
-        unsafe { &*base.add(off) }
+        let seg = segment_of(index);
+        debug_assert!(seg < SEGMENTS, "index {index} outside every segment");
+        // SAFETY: `index` was handed out by `take`, which asserted that its
+        // segment is one of `SEGMENTS`.
+        let origin = unsafe { self.origins.get_unchecked(seg) }.load(Ordering::Acquire);
+        debug_assert!(!origin.is_null(), "index {index} in a segment never allocated");
+        // SAFETY: `take` published the segment's origin before handing out
+        // `index`; segments are never freed while `self` lives; and the
+        // origin plus an index of segment `seg` (`segment_start(seg) <=
+        // index < segment_start(seg) + segment_len(seg)`) is a slot inside
+        // that segment's allocation, whose provenance the origin carries.
+        unsafe { &*origin.wrapping_add(index as usize) }
     }
 
     /// The value at `index`. Valid for any index ever handed out.
@@ -413,10 +443,11 @@ mod tests {
     use std::collections::HashSet;
 
     #[test]
-    fn locate_covers_segments_contiguously() {
+    fn segments_cover_the_indices_contiguously() {
         let mut expected = (0usize, 0usize);
         for i in 0..10_000u32 {
-            let got = locate(i);
+            let seg = segment_of(i);
+            let got = (seg, (i - segment_start(seg)) as usize);
             assert_eq!(got, expected, "index {i}");
             expected.1 += 1;
             if expected.1 == segment_len(expected.0) {

@@ -23,7 +23,7 @@ use crate::completion::Completion;
 use crate::context::RunContext;
 use crate::core::{Core, CURRENT_OP};
 use crate::error::{panic_message, OpError};
-use crate::inline_fn::Outcome;
+use crate::inline_fn::{InlineFn, Outcome};
 use crate::operator::OperatorBody;
 use crate::opr::{Body, Meta, OprBlock, OprKind};
 use crate::pool::GiveBatch;
@@ -147,17 +147,21 @@ impl Core {
     }
 
     fn invoke(&self, block: &OprBlock, ctx: &RunContext, completion: Option<Completion>) -> Outcome {
-        // SAFETY: the runner owns `body`; a one-shot closure is moved out
-        // before it runs, so a concurrent completion reading the block's
-        // variables (through `dep_slice`) never aliases a `&mut`.
+        // SAFETY: the runner owns `body`. A one-shot closure is called in
+        // place through a raw pointer (the `&mut` ends with the match) and
+        // is moved out of the block before it runs, before the body can
+        // hand its completion to anyone; so a concurrent completion reading
+        // the block's variables (through `dep_slice`) aliases no `&mut`.
         let one_shot = unsafe {
             block.body.with_mut(|b| match &mut *b {
-                Body::OneShot(f) => Some(std::mem::take(f)),
+                Body::OneShot(f) => Some(f as *mut InlineFn),
                 _ => None,
             })
         };
-        if let Some(mut f) = one_shot {
-            return f.invoke(ctx, completion);
+        if let Some(f) = one_shot {
+            // SAFETY: as above; `f` is the block's, and only ours until the
+            // body has been moved out. (`finish` drops the emptied shell.)
+            return unsafe { InlineFn::invoke_in_place(f, ctx, completion) };
         }
         // SAFETY: as above; a prebuilt body is only borrowed.
         match unsafe { &*block.body.with(|b| b) } {

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Instructions per operation of the engine's own code path, counted by
+# valgrind's callgrind: exact and repeatable, unlike a timing on a shared
+# machine, so a change of a few percent shows up in one run.
+#
+#   perf/instructions.sh                      every throughput workload
+#   perf/instructions.sh chain random         some of them
+#   BIN=/tmp/old/depengine-perf perf/instructions.sh   another build (A/B)
+#   FUNC=depengine::core::Core::push perf/instructions.sh   one function's share
+#
+# It runs the `naive` engine, where push, dispatch, run and complete all
+# happen on the pushing thread, so the count covers every step of an
+# operation's life and nothing else varies between runs (no threads, no
+# spinning). The figure is the harness's `push_all` (inclusive) divided by
+# the operations it pushed: warm-up plus one timed repetition of N (default
+# 100,000); about 80 instructions of it are the harness building each push.
+# The threaded engines run the same push/run/complete code plus their
+# executor's hand-offs, which callgrind cannot time.
+#
+# Installs valgrind with apt when it is missing (as root).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N="${N:-100000}"
+FUNC="${FUNC:-depengine_perf::workloads::Workload::push_all}"
+if ! command -v valgrind >/dev/null; then
+    if [[ $(id -u) -ne 0 ]]; then
+        echo "perf/instructions.sh: needs valgrind (apt-get install valgrind, as root)" >&2
+        exit 1
+    fi
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null
+fi
+if [[ -z "${BIN:-}" ]]; then
+    scripts/setup.sh
+    cargo build --release -q -p depengine-perf
+    BIN=target/release/depengine-perf
+fi
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+printf '%-10s %12s\n' workload "instr/op"
+for w in "${@:-nodeps chain chains64 fanout random layered}"; do
+    for one in $w; do
+        valgrind --tool=callgrind --callgrind-out-file="$out/$one" \
+            "$BIN" --engines naive --workloads "$one" --w 0 --n "$N" --reps 1 >/dev/null 2>&1
+        total=$(callgrind_annotate --inclusive=yes "$out/$one" 2>/dev/null |
+            grep -F "$FUNC" | grep -v '=>' | head -1 | awk '{gsub(",", "", $1); print $1}')
+        if [[ -z "$total" ]]; then
+            echo "perf/instructions.sh: no samples for $FUNC in $one" >&2
+            exit 1
+        fi
+        awk -v t="$total" -v n="$N" -v w="$one" 'BEGIN { printf "%-10s %12.1f\n", w, t / (2 * n) }'
+    done
+done

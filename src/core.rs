@@ -233,7 +233,7 @@ impl Core {
                 }
                 for (vars, mode) in [(writes, WRITE), (reads, READ)] {
                     for &v in vars {
-                        if kind == OprKind::DeleteVar {
+                        if matches!(kind, OprKind::DeleteVar) {
                             // The deletion itself passes its own request.
                             if v.engine != self.id {
                                 return Err(EngineError::ForeignVar);
@@ -409,7 +409,7 @@ impl Core {
                 ready.push(&self.oprs, op);
                 return;
             }
-            if meta.kind == OprKind::DeleteVar {
+            if matches!(meta.kind, OprKind::DeleteVar) {
                 for d in deps {
                     self.vars.get(d.slot()).life.fetch_or(DELETE_DISPATCHED, Ordering::AcqRel);
                 }

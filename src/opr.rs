@@ -108,23 +108,35 @@ impl DepList {
     }
 
     /// Adds `dep`, merging it with an earlier entry for the same variable.
+    #[inline]
     pub(crate) fn add(&mut self, dep: Dep) {
+        let len = self.len as usize;
+        if len >= INLINE_VARS {
+            return self.add_beyond_inline(dep);
+        }
+        if let Some(d) = self.inline[..len].iter_mut().find(|d| d.slot() == dep.slot()) {
+            d.slot_mode |= dep.slot_mode;
+            return;
+        }
+        self.inline[len] = dep;
+        self.len += 1;
+    }
+
+    /// [`add`](Self::add) once the inline entries are full.
+    #[cold]
+    fn add_beyond_inline(&mut self, dep: Dep) {
         if let Some(d) = self.as_mut_slice().iter_mut().find(|d| d.slot() == dep.slot()) {
             d.slot_mode |= dep.slot_mode;
             return;
         }
-        if (self.len as usize) < INLINE_VARS {
-            self.inline[self.len as usize] = dep;
-            self.len += 1;
-        } else {
-            if self.spill.is_empty() {
-                self.spill.extend_from_slice(&self.inline);
-            }
-            self.spill.push(dep);
-            self.len += 1;
+        if self.spill.is_empty() {
+            self.spill.extend_from_slice(&self.inline);
         }
+        self.spill.push(dep);
+        self.len += 1;
     }
 
+    #[inline]
     pub(crate) fn as_slice(&self) -> &[Dep] {
         if self.len as usize <= INLINE_VARS {
             &self.inline[..self.len as usize]
@@ -133,6 +145,7 @@ impl DepList {
         }
     }
 
+    #[inline]
     fn as_mut_slice(&mut self) -> &mut [Dep] {
         if self.len as usize <= INLINE_VARS {
             &mut self.inline[..self.len as usize]

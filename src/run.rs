@@ -135,7 +135,7 @@ impl Core {
         if let Some(rejected) = &meta.rejected {
             return Some(rejected.clone());
         }
-        if meta.kind == OprKind::User && self.cancelling.load(Ordering::Relaxed) {
+        if matches!(meta.kind, OprKind::User) && self.cancelling.load(Ordering::Relaxed) {
             return Some(OpError::new(meta.opts.name, "cancelled: the engine shut down before it ran"));
         }
         if meta.opts.no_skip {
@@ -262,7 +262,7 @@ impl Core {
                 self.grant(next, meta.ticket);
             }
             freed.append(&self.blocks, granted.take_freed());
-            if meta.kind == OprKind::DeleteVar {
+            if matches!(meta.kind, OprKind::DeleteVar) {
                 // The deletion held the variable's last access.
                 self.free_var(d.slot());
             }

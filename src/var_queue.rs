@@ -182,6 +182,7 @@ impl VarQueue {
     /// Only the dispatcher may call this, one call at a time per queue (the
     /// appender owns the sentinel), on a queue that was [`reset`](Self::reset).
     /// `spares` supplies the empty block linked behind a queued access.
+    #[inline]
     pub(crate) unsafe fn append(&self, blocks: &Pool<VarBlock>, spares: &mut TakeCache, opr: u32, write: bool) -> bool {
         let mut state = self.state.load(Ordering::Acquire);
         let mut filled = false;
@@ -236,6 +237,7 @@ impl VarQueue {
     ///
     /// # Safety
     /// The caller must hold a granted read on this queue and call this once.
+    #[inline]
     pub(crate) unsafe fn complete_read<'a>(&self, blocks: &'a Pool<VarBlock>) -> Granted<'a> {
         let mut state = self.state.load(Ordering::Acquire);
         loop {
@@ -262,6 +264,7 @@ impl VarQueue {
     ///
     /// # Safety
     /// The caller must hold the granted write on this queue and call this once.
+    #[inline]
     pub(crate) unsafe fn complete_write<'a>(&self, blocks: &'a Pool<VarBlock>) -> Granted<'a> {
         let mut state = self.state.load(Ordering::Acquire);
         loop {

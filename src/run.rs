@@ -54,8 +54,7 @@ impl Core {
             if self.waits.get(ws).deliver(error) {
                 self.waits.give(ws);
             }
-            self.complete(op, None);
-            self.finish(op);
+            self.complete_and_finish(op, None);
             return;
         }
         self.stats.ran(worker);
@@ -68,8 +67,7 @@ impl Core {
         }
         if let Some(failure) = self.inherited_failure(block, meta) {
             self.stats.skipped();
-            self.complete(op, Some(&failure));
-            self.finish(op);
+            self.complete_and_finish(op, Some(&failure));
             return;
         }
         let name = meta.opts.name;
@@ -79,8 +77,7 @@ impl Core {
             true => match self.gpu.before_body(self, block, meta) {
                 Ok(stream) => stream,
                 Err(e) => {
-                    self.complete(op, Some(&OpError::new(name, format!("waiting for GPU work: {e}"))));
-                    self.finish(op);
+                    self.complete_and_finish(op, Some(&OpError::new(name, format!("waiting for GPU work: {e}"))));
                     return;
                 }
             },
@@ -102,8 +99,7 @@ impl Core {
                 Ok(Err(message)) => Some(OpError::new(name, message)),
                 Err(payload) => Some(OpError::new(name, panic_message(&*payload))),
             };
-            self.complete(op, failure.as_ref());
-            self.finish(op);
+            self.complete_and_finish(op, failure.as_ref());
             return;
         }
         block.refs.store(2, Ordering::Relaxed);
@@ -120,7 +116,7 @@ impl Core {
         let panic = outcome.err().map(|payload| panic_message(&*payload));
         if state == BODY_DEFERRED {
             let message = panic.unwrap_or_else(|| "its Completion was dropped during a panic".to_owned());
-            self.complete(op, Some(&OpError::new(name, message)));
+            self.complete_and_retire(op, Some(&OpError::new(name, message)));
             self.release(op); // the deferring Completion's reference
         } else if let Some(message) = panic {
             // The Completion was handed off before the panic and will still
@@ -189,7 +185,7 @@ impl Core {
         // needs this completion's reference.
         let name = unsafe { self.oprs.get(op).meta().opts.name };
         let failure = failure.map(|message| OpError::new(name, message));
-        self.complete(op, failure.as_ref());
+        self.complete_and_retire(op, failure.as_ref());
         self.release(op);
     }
 
@@ -207,9 +203,29 @@ impl Core {
         self.complete_async(op, Some("its Completion was dropped without being signalled".to_owned()));
     }
 
+    /// A synchronous end: complete, then finish, retiring the block and
+    /// the variable blocks the completion freed together.
+    #[inline(never)]
+    fn complete_and_finish(&self, op: u32, failure: Option<&Arc<OpError>>) {
+        let freed = self.complete(op, failure);
+        self.finish(op, freed);
+    }
+
+    /// An asynchronous operation's completion (its block is finished by
+    /// whoever lets go of it last): complete, and retire the variable
+    /// blocks the completion freed.
+    #[inline(never)]
+    fn complete_and_retire(&self, op: u32, failure: Option<&Arc<OpError>>) {
+        let freed = self.complete(op, failure);
+        self.retire_var_blocks(freed);
+    }
+
     /// Phase 4: records the outcome on the written variables and releases
     /// every variable, granting (and scheduling) the operations next in line.
-    fn complete(&self, op: u32, failure: Option<&Arc<OpError>>) {
+    /// Returns the variable blocks it freed, for the caller to retire.
+    #[must_use]
+    #[inline(always)]
+    fn complete(&self, op: u32, failure: Option<&Arc<OpError>>) -> GiveBatch {
         let block = self.oprs.get(op);
         // SAFETY: the completer owns the block until `finish`; `meta` and
         // the variables are not written by anyone else meanwhile.
@@ -237,7 +253,7 @@ impl Core {
             }
         }
         if meta.rejected.is_some() {
-            return; // never appended to any queue
+            return GiveBatch::EMPTY; // never appended to any queue
         }
         let changes_values = matches!(meta.kind, OprKind::User | OprKind::DeleteVar);
         let mut freed = GiveBatch::EMPTY;
@@ -267,18 +283,20 @@ impl Core {
                 self.free_var(d.slot());
             }
         }
-        self.retire_var_blocks(freed);
+        freed
     }
 
     /// Drops an asynchronous block's reference; the last one finishes it.
     fn release(&self, op: u32) {
         if self.oprs.get(op).refs.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.finish(op);
+            self.finish(op, GiveBatch::EMPTY);
         }
     }
 
-    /// Gives the block back and counts the operation as finished.
-    fn finish(&self, op: u32) {
+    /// Gives the block (and the variable blocks its completion `freed`)
+    /// back and counts the operation as finished.
+    #[inline(always)]
+    fn finish(&self, op: u32, freed: GiveBatch) {
         let block = self.oprs.get(op);
         #[cfg(debug_assertions)]
         block.transition(op, crate::opr::phase::RUNNING, crate::opr::phase::FREE);
@@ -296,6 +314,6 @@ impl Core {
             block.body.with_mut(|b| *b = Body::Empty);
             block.deps.with_mut(|d| (*d).clear());
         }
-        self.retire(op);
+        self.retire(op, freed);
     }
 }

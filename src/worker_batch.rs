@@ -70,21 +70,26 @@ impl Core {
         BATCH.with(|b| b.set(WorkerBatch::empty(std::ptr::null())));
     }
 
-    /// Gives a finished operation's block back and counts it as finished —
-    /// batched on this core's workers, at once elsewhere.
-    pub(crate) fn retire(&self, op: u32) {
+    /// Gives a finished operation's block back, with the variable blocks
+    /// its completion freed, and counts it as finished — batched on this
+    /// core's workers, at once elsewhere.
+    pub(crate) fn retire(&self, op: u32, mut freed: GiveBatch) {
         BATCH.with(|cell| {
-            let mut b = cell.get();
+            // SAFETY: the batch is this thread's and nothing below reaches
+            // `BATCH` again (publishing only gives blocks back and counts),
+            // so this is the only reference to it meanwhile.
+            let b = unsafe { &mut *cell.as_ptr() };
             if !std::ptr::eq(b.core, self) {
                 self.oprs.give(op);
+                freed.flush(&self.blocks);
                 self.count_finished(1);
                 return;
             }
             b.done += 1;
+            b.var_blocks.append(&self.blocks, freed);
             if b.blocks.add(&self.oprs, op) >= BATCH_LEN {
                 b.publish(self);
             }
-            cell.set(b);
         });
     }
 
@@ -95,13 +100,13 @@ impl Core {
             return;
         }
         BATCH.with(|cell| {
-            let mut b = cell.get();
+            // SAFETY: as in `retire`.
+            let b = unsafe { &mut *cell.as_ptr() };
             if !std::ptr::eq(b.core, self) {
                 freed.flush(&self.blocks);
                 return;
             }
             b.var_blocks.append(&self.blocks, freed);
-            cell.set(b);
         });
     }
 }

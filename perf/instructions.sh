@@ -17,6 +17,16 @@
 # The threaded engines run the same push/run/complete code plus their
 # executor's hand-offs, which callgrind cannot time.
 #
+#   WORKER=1 perf/instructions.sh chain   per_device's worker path instead
+#
+# runs per_device with one worker under callgrind (threads taking turns,
+# each counted apart) and divides the worker thread's instructions by the
+# operations it ran (`--stats`): run, complete, grant, the successor slot
+# and the worker loop, as a `chain` worker executes them. The pushing
+# thread runs some operations itself there (it helps when throttled), and
+# the worker's spinning is counted too, so this figure moves by a few
+# instructions between runs; compare builds at more than that.
+#
 # Installs valgrind with apt when it is missing (as root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +46,26 @@ if [[ -z "${BIN:-}" ]]; then
 fi
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
+if [[ "${WORKER:-0}" == 1 ]]; then
+    printf '%-10s %12s %10s\n' workload "worker instr/op" "ops"
+    for one in ${@:-chain}; do
+        stats=$(valgrind --tool=callgrind --fair-sched=yes --separate-threads=yes \
+            --callgrind-out-file="$out/$one" "$BIN" --engines per_device --threads 1 \
+            --workloads "$one" --w 0 --n "$N" --reps 1 --stats 2>&1 | grep -o 'ran [0-9]* on workers')
+        ran=${stats//[^0-9]/}
+        worker=""
+        for f in "$out/$one"-*; do
+            if callgrind_annotate --inclusive=yes "$f" 2>/dev/null | grep "per_device::Shared::work" >/dev/null; then worker=$f; fi
+        done
+        if [[ -z "$worker" || -z "$ran" || "$ran" == 0 ]]; then
+            echo "perf/instructions.sh: the worker ran nothing for $one" >&2
+            exit 1
+        fi
+        total=$(callgrind_annotate "$worker" 2>/dev/null | grep 'PROGRAM TOTALS' | awk '{gsub(",", "", $1); print $1}')
+        awk -v t="$total" -v n="$ran" -v w="$one" 'BEGIN { printf "%-10s %12.1f %10d\n", w, t / n, n }'
+    done
+    exit 0
+fi
 printf '%-10s %12s\n' workload "instr/op"
 for w in "${@:-nodeps chain chains64 fanout random layered}"; do
     for one in $w; do

@@ -93,6 +93,19 @@ impl Dep {
     }
 }
 
+/// Merges `dep`'s mode into the entry for the same variable, if `entries`
+/// has one; returns whether it did.
+#[inline]
+fn merge(entries: &mut [Dep], dep: Dep) -> bool {
+    match entries.iter_mut().find(|d| d.slot() == dep.slot()) {
+        Some(d) => {
+            d.slot_mode |= dep.slot_mode;
+            true
+        }
+        None => false,
+    }
+}
+
 /// An operation's variables: inline up to [`INLINE_VARS`], else in `spill`.
 #[derive(Debug, Default)]
 pub(crate) struct DepList {
@@ -114,8 +127,7 @@ impl DepList {
         if len >= INLINE_VARS {
             return self.add_beyond_inline(dep);
         }
-        if let Some(d) = self.inline[..len].iter_mut().find(|d| d.slot() == dep.slot()) {
-            d.slot_mode |= dep.slot_mode;
+        if merge(&mut self.inline[..len], dep) {
             return;
         }
         self.inline[len] = dep;
@@ -125,8 +137,7 @@ impl DepList {
     /// [`add`](Self::add) once the inline entries are full.
     #[cold]
     fn add_beyond_inline(&mut self, dep: Dep) {
-        if let Some(d) = self.as_mut_slice().iter_mut().find(|d| d.slot() == dep.slot()) {
-            d.slot_mode |= dep.slot_mode;
+        if merge(self.as_mut_slice(), dep) {
             return;
         }
         if self.spill.is_empty() {

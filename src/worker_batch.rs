@@ -53,15 +53,31 @@ impl Core {
         BATCH.with(|b| b.set(WorkerBatch::empty(self)));
     }
 
+    /// Runs `own` on this thread's batch if the thread is a batching
+    /// worker of this core, `other` if it is not.
+    #[inline(always)]
+    fn with_own_batch(&self, own: impl FnOnce(&mut WorkerBatch), other: impl FnOnce()) {
+        BATCH.with(|cell| {
+            // SAFETY: the batch is this thread's and nothing `own` does
+            // reaches `BATCH` again (publishing only gives blocks back and
+            // counts), so this is the only reference to it meanwhile.
+            let b = unsafe { &mut *cell.as_ptr() };
+            if std::ptr::eq(b.core, self) {
+                own(b)
+            } else {
+                other()
+            }
+        })
+    }
+
     /// Publishes this worker's batch (before it idles or exits).
     pub(crate) fn flush_worker_batch(&self) {
-        BATCH.with(|cell| {
-            let mut b = cell.get();
-            if std::ptr::eq(b.core, self) && b.done > 0 {
+        let publish = |b: &mut WorkerBatch| {
+            if b.done > 0 {
                 b.publish(self);
-                cell.set(b);
             }
-        });
+        };
+        self.with_own_batch(publish, || {});
     }
 
     /// Publishes the batch and stops batching on this thread.
@@ -73,40 +89,34 @@ impl Core {
     /// Gives a finished operation's block back, with the variable blocks
     /// its completion freed, and counts it as finished — batched on this
     /// core's workers, at once elsewhere.
-    pub(crate) fn retire(&self, op: u32, mut freed: GiveBatch) {
-        BATCH.with(|cell| {
-            // SAFETY: the batch is this thread's and nothing below reaches
-            // `BATCH` again (publishing only gives blocks back and counts),
-            // so this is the only reference to it meanwhile.
-            let b = unsafe { &mut *cell.as_ptr() };
-            if !std::ptr::eq(b.core, self) {
-                self.oprs.give(op);
-                freed.flush(&self.blocks);
-                self.count_finished(1);
-                return;
-            }
+    pub(crate) fn retire(&self, op: u32, freed: GiveBatch) {
+        let batch = move |b: &mut WorkerBatch| {
             b.done += 1;
             b.var_blocks.append(&self.blocks, freed);
             if b.blocks.add(&self.oprs, op) >= BATCH_LEN {
                 b.publish(self);
             }
-        });
+        };
+        let at_once = move || {
+            self.oprs.give(op);
+            let mut freed = freed;
+            freed.flush(&self.blocks);
+            self.count_finished(1);
+        };
+        self.with_own_batch(batch, at_once);
     }
 
     /// Gives back the variable blocks a completion collected — batched on
     /// this core's workers (published with the next batch), at once elsewhere.
-    pub(crate) fn retire_var_blocks(&self, mut freed: GiveBatch) {
+    pub(crate) fn retire_var_blocks(&self, freed: GiveBatch) {
         if freed.is_empty() {
             return;
         }
-        BATCH.with(|cell| {
-            // SAFETY: as in `retire`.
-            let b = unsafe { &mut *cell.as_ptr() };
-            if !std::ptr::eq(b.core, self) {
-                freed.flush(&self.blocks);
-                return;
-            }
-            b.var_blocks.append(&self.blocks, freed);
-        });
+        let batch = move |b: &mut WorkerBatch| b.var_blocks.append(&self.blocks, freed);
+        let at_once = move || {
+            let mut freed = freed;
+            freed.flush(&self.blocks);
+        };
+        self.with_own_batch(batch, at_once);
     }
 }

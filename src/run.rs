@@ -312,7 +312,8 @@ impl Core {
             }
             meta.rejected = None;
             block.body.with_mut(|b| *b = Body::Empty);
-            block.deps.with_mut(|d| (*d).clear());
+            // The variable list stays: the next push clears it, and leaving
+            // it spares a write to a line that pusher writes next anyway.
         }
         self.retire(op, freed);
     }

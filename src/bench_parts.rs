@@ -11,7 +11,7 @@ use crate::executor::park::Sleep;
 use crate::executor::ready_ring::ReadyRing;
 use crate::inline_fn::InlineFn;
 use crate::pool::{Pool, Tagged, TakeCache};
-use crate::var_queue::{VarBlock, VarQueue};
+use crate::var_queue::{QueueHalves, VarBlock};
 use criterion::{BenchmarkId, Criterion};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -24,7 +24,8 @@ use std::sync::Arc;
 /// granting a queued write.
 pub fn var_queue(c: &mut Criterion) {
     let blocks: Pool<VarBlock> = Pool::new();
-    let q = VarQueue::default();
+    let halves = QueueHalves::default();
+    let q = halves.queue();
     let mut spares = TakeCache::default();
     // One thread plays both the appender and the granter throughout, so the
     // queue's single-appender and single-granter contracts hold; every

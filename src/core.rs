@@ -133,14 +133,8 @@ impl Core {
         let slot = self.vars.take();
         assert!(slot < 1 << crate::opr::SLOT_BITS, "depengine: more than 2^30 live variables");
         let v = self.vars.get(slot);
-        v.version.store(0, Ordering::Relaxed);
         // SAFETY: the slot was just taken, so nobody else touches it.
-        unsafe {
-            v.error.with_mut(|e| *e = None);
-            v.queue.reset(&self.blocks);
-        }
-        #[cfg(feature = "cuda")]
-        v.gpu.clear();
+        unsafe { v.reset(&self.blocks) };
         let gen = (v.life.load(Ordering::Acquire) >> 32) as u32;
         Var { engine: self.id, slot, gen }
     }
@@ -179,10 +173,7 @@ impl Core {
         let slot = self.vars.get(slot_index);
         // SAFETY: the deletion held the last access and nothing can be
         // appended after a dispatched deletion, so the queue is idle and ours.
-        unsafe {
-            slot.error.with_mut(|e| *e = None);
-            slot.queue.release(&self.blocks);
-        }
+        unsafe { slot.release(&self.blocks) };
         let gen = (slot.life.load(Ordering::Acquire) >> 32) + 1;
         slot.life.store((gen & 0xFFFF_FFFF) << 32, Ordering::Release);
         self.vars.give(slot_index);
@@ -423,7 +414,7 @@ impl Core {
                 // SAFETY: the combiner alone touches the spares (field docs).
                 let spares = &mut *spares;
                 for d in deps {
-                    if self.vars.get(d.slot()).queue.append(&self.blocks, spares, op, d.writes()) {
+                    if self.vars.get(d.slot()).queue().append(&self.blocks, spares, op, d.writes()) {
                         granted += 1;
                     }
                 }
@@ -574,7 +565,8 @@ impl Core {
             if self.shutting_down.load(Ordering::Relaxed) || !slot.dispatchable(var.gen) {
                 return;
             }
-            if slot.queue.grants_at_once(write) {
+            // SAFETY: we hold the dispatcher: the appender's role.
+            if unsafe { slot.queue().grants_at_once(&self.blocks, write) } {
                 // SAFETY: no write is granted or queued, and none can be
                 // queued while we hold the dispatcher, so nobody writes the
                 // failure while we read it — what a granted read relies on.

@@ -48,7 +48,8 @@ pub struct Engine {
 pub struct PoolStats {
     /// Operation blocks in use.
     pub live_ops: usize,
-    /// Variable queue blocks in use (two sentinels per live variable).
+    /// Variable queue blocks in use: one sentinel per live variable, plus
+    /// accesses queued and spares the dispatcher holds.
     pub live_var_blocks: usize,
     /// Variables alive (created and not yet deleted).
     pub live_vars: usize,
@@ -211,7 +212,7 @@ impl Engine {
 
     /// Completed writes of `var` so far (reads leave it unchanged).
     pub fn var_version(&self, var: Var) -> Result<u64, EngineError> {
-        Ok(self.core.slot_of(var)?.version.load(Ordering::Acquire))
+        Ok(self.core.slot_of(var)?.done.version.load(Ordering::Acquire))
     }
 
     // ----- pushes ----------------------------------------------------------

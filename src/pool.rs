@@ -576,7 +576,11 @@ mod tests {
         use crate::var::VarSlot;
         use crate::var_queue::VarBlock;
         assert_eq!(std::mem::size_of::<Slot<OprBlock>>(), std::mem::size_of::<OprBlock>());
-        assert_eq!(std::mem::size_of::<Slot<VarSlot>>(), 64, "one variable per cache line");
+        assert_eq!(
+            std::mem::size_of::<Slot<VarSlot>>(),
+            128,
+            "a variable's push side and completion side on a line each"
+        );
         assert_eq!(std::mem::size_of::<Slot<VarBlock>>(), 16);
     }
 

@@ -269,9 +269,9 @@ impl Core {
                     slot.finish_write(failure);
                 }
                 if d.writes() {
-                    slot.queue.complete_write(&self.blocks)
+                    slot.queue().complete_write(&self.blocks)
                 } else {
-                    slot.queue.complete_read(&self.blocks)
+                    slot.queue().complete_read(&self.blocks)
                 }
             };
             for next in granted.by_ref() {

@@ -13,9 +13,9 @@
 //! generation and the flags of the same incarnation.
 
 use crate::error::{EngineError, OpError};
-use crate::pool::Pooled;
+use crate::pool::{Pool, Pooled};
 use crate::sync::{AtomicU32, AtomicU64, Ordering, UnsafeCell};
-use crate::var_queue::VarQueue;
+use crate::var_queue::{QueueHead, QueueTail, VarBlock, VarQueue};
 use std::sync::Arc;
 
 /// Deletion was requested through the handle (`delete_var` returned).
@@ -35,19 +35,32 @@ pub struct Var {
     pub(crate) gen: u32,
 }
 
-/// The engine-side state of one variable.
+/// The engine-side state of one variable, in two cache lines: the first
+/// holds what pushing reads and writes (the handle check, the queue's
+/// appender half), the second what completing writes (the queue's granter
+/// half, the version, the failure). A pusher running ahead of a worker on
+/// the same variable then touches only its own line, and the worker only
+/// its own, while the queue is not empty.
 #[derive(Debug, Default)]
-#[repr(align(64))] // one variable per cache line: no false sharing between queues
+#[repr(C, align(64))]
 pub(crate) struct VarSlot {
-    pub(crate) queue: VarQueue,
     pub(crate) life: AtomicU64,
+    free_link: AtomicU32,
+    tail: QueueTail,
+    pub(crate) done: CompletionSide,
+}
+
+/// The completing side of a variable's state (its slot's second line).
+#[derive(Debug, Default)]
+#[repr(C, align(64))]
+pub(crate) struct CompletionSide {
+    head: QueueHead,
     /// Completed writes since creation.
     pub(crate) version: AtomicU64,
     /// The failure the current value holds. Read only by operations granted
     /// a read, written only by the operation granted the write, so the
     /// scheduling rule itself protects it.
-    pub(crate) error: UnsafeCell<Option<Arc<OpError>>>,
-    free_link: AtomicU32,
+    error: UnsafeCell<Option<Arc<OpError>>>,
     /// The GPU work a later operation on the variable waits for
     /// (`gpu/fence.rs`).
     #[cfg(feature = "cuda")]
@@ -65,6 +78,12 @@ impl Pooled for VarSlot {
 unsafe impl Sync for VarSlot {}
 
 impl VarSlot {
+    /// The variable's access queue.
+    #[inline(always)]
+    pub(crate) fn queue(&self) -> VarQueue<'_> {
+        VarQueue::new(&self.tail, &self.done.head)
+    }
+
     /// Checks that `var`'s incarnation is alive and not being deleted.
     #[inline]
     pub(crate) fn check(&self, var: Var) -> Result<(), EngineError> {
@@ -73,6 +92,35 @@ impl VarSlot {
             return Err(EngineError::DeletedVar);
         }
         Ok(())
+    }
+
+    /// Makes a slot just taken from the pool a fresh variable: version 0,
+    /// no failure, an idle queue.
+    ///
+    /// # Safety
+    /// The caller owns the slot exclusively.
+    pub(crate) unsafe fn reset(&self, blocks: &Pool<VarBlock>) {
+        self.done.version.store(0, Ordering::Relaxed);
+        // SAFETY: exclusive ownership, forwarded from the caller.
+        unsafe {
+            self.done.error.with_mut(|e| *e = None);
+            self.queue().reset(blocks);
+        }
+        #[cfg(feature = "cuda")]
+        self.done.gpu.clear();
+    }
+
+    /// Drops the failure and gives the queue's sentinel back, before the
+    /// slot goes back to the pool.
+    ///
+    /// # Safety
+    /// The queue must be idle and the slot exclusively owned.
+    pub(crate) unsafe fn release(&self, blocks: &Pool<VarBlock>) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            self.done.error.with_mut(|e| *e = None);
+            self.queue().release(blocks);
+        }
     }
 
     /// Whether the dispatcher may still append operations of `gen`.
@@ -88,7 +136,7 @@ impl VarSlot {
     /// The caller must hold a granted access (read or write) on the variable.
     pub(crate) unsafe fn error(&self) -> Option<Arc<OpError>> {
         // SAFETY: per the contract no writer runs concurrently.
-        unsafe { self.error.with(|p| (*p).clone()) }
+        unsafe { self.done.error.with(|p| (*p).clone()) }
     }
 
     /// Records the outcome of a completed write and bumps the version.
@@ -97,7 +145,7 @@ impl VarSlot {
     /// The caller must hold the granted write on the variable.
     pub(crate) unsafe fn finish_write(&self, failure: Option<&Arc<OpError>>) {
         // SAFETY: per the contract we are the only accessor of `error`.
-        unsafe { self.error.with_mut(|p| *p = failure.cloned()) };
-        self.version.fetch_add(1, Ordering::Release);
+        unsafe { self.done.error.with_mut(|p| *p = failure.cloned()) };
+        self.done.version.fetch_add(1, Ordering::Release);
     }
 }

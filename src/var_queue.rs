@@ -1,30 +1,28 @@
 #![doc = include_str!("../docs/var-queue.md")]
 
 use crate::pool::{GiveBatch, Pool, Pooled, TakeCache, NIL};
-use crate::sync::{AtomicU32, AtomicU64, Ordering, UnsafeCell};
+use crate::sync::{AtomicU32, AtomicU8, Ordering, UnsafeCell};
 
-const READERS_MASK: u64 = 0xFFFF_FFFF;
-/// A granted write is running.
-const WRITER: u64 = 1 << 32;
-/// One queued (not yet granted) access.
-const PENDING_ONE: u64 = 1 << 33;
-const PENDING_SHIFT: u32 = 33;
-/// [`VarQueue::front_group`]'s answer when the front group is a single write.
-const WRITE_GROUP: u64 = u64::MAX;
-
-#[inline(always)]
-fn pending(state: u64) -> u64 {
-    state >> PENDING_SHIFT
-}
+/// A block's `status`: the unfilled sentinel, behind something running or
+/// queued.
+const EMPTY: u8 = 0;
+/// Filled: a queued read, published by the appender.
+const READ: u8 = 1;
+/// Filled: a queued write, published by the appender.
+const WRITE: u8 = 2;
+/// The sentinel, parked: nothing runs and nothing waits.
+const IDLE: u8 = 3;
+/// The sentinel, parked: reads run and nothing waits; a read may join them.
+const READING: u8 = 4;
 
 /// One queued access: MXNet's `VersionedVarBlock`.
 #[derive(Debug)]
 pub(crate) struct VarBlock {
     /// The operation (an index into the operation pool).
     opr: UnsafeCell<u32>,
-    /// Whether the access is a write.
-    write: UnsafeCell<bool>,
-    /// The next block in the chain (`NIL` for the sentinel's spare).
+    /// `EMPTY`, `READ`, `WRITE`, `IDLE` or `READING` (module docs).
+    status: AtomicU8,
+    /// The next block in the chain (`NIL` for the sentinel).
     next: UnsafeCell<u32>,
     /// The pool's free list (`next` is a plain word, which a racing pool
     /// `take` must not read).
@@ -35,7 +33,7 @@ impl Default for VarBlock {
     fn default() -> Self {
         VarBlock {
             opr: UnsafeCell::new(NIL),
-            write: UnsafeCell::new(false),
+            status: AtomicU8::new(EMPTY),
             next: UnsafeCell::new(NIL),
             free_link: AtomicU32::new(NIL),
         }
@@ -48,40 +46,83 @@ impl Pooled for VarBlock {
     }
 }
 
-// SAFETY: a block is written by the appender before it is published with a
-// release CAS and read only by the granter after an acquire (module docs).
+// SAFETY: a block's plain fields are written by the appender before it
+// publishes them with a release swap of `status`, and read only by the
+// granter after an acquire load of that `status` (module docs).
 unsafe impl Sync for VarBlock {}
 
 impl VarBlock {
+    /// The operation and the next block.
+    ///
     /// # Safety
-    /// The caller must own the block (appender for the sentinel, granter for
-    /// counted blocks), per the module invariants.
+    /// The caller must have seen the block filled (an acquire load of
+    /// `status`) and be its granter, per the module invariants.
     #[inline(always)]
-    unsafe fn read(&self) -> (u32, bool, u32) {
+    unsafe fn read(&self) -> (u32, u32) {
         // SAFETY: forwarded to the caller: no one writes the block meanwhile.
-        unsafe { (self.opr.with(|p| *p), self.write.with(|p| *p), self.next.with(|p| *p)) }
+        unsafe { (self.opr.with(|p| *p), self.next.with(|p| *p)) }
     }
 }
 
-/// A variable's lock-free access queue (see the module docs).
+/// The appender's half of a variable's queue: the line the pushing side
+/// writes (`VarSlot` keeps it apart from the granter's half).
 #[derive(Debug)]
-pub(crate) struct VarQueue {
-    state: AtomicU64,
-    /// Granter-owned: the oldest queued block, or the sentinel if none.
-    first_waiting: UnsafeCell<u32>,
-    /// Appender-owned: the empty block the next queued access fills.
+pub(crate) struct QueueTail {
+    /// The empty block the next queued access fills.
     sentinel: UnsafeCell<u32>,
 }
 
-impl Default for VarQueue {
+impl Default for QueueTail {
     fn default() -> Self {
-        VarQueue { state: AtomicU64::new(0), first_waiting: UnsafeCell::new(NIL), sentinel: UnsafeCell::new(NIL) }
+        QueueTail { sentinel: UnsafeCell::new(NIL) }
     }
 }
 
-// SAFETY: `sentinel` is touched only by the single appender and
-// `first_waiting` only by the single granter (module docs, "State").
-unsafe impl Sync for VarQueue {}
+/// The granter's half of a variable's queue: the line the completing side
+/// writes.
+#[derive(Debug)]
+pub(crate) struct QueueHead {
+    /// The oldest block not granted yet (the sentinel when none waits).
+    first_waiting: UnsafeCell<u32>,
+    /// Granted reads that have not completed.
+    readers: AtomicU32,
+}
+
+impl Default for QueueHead {
+    fn default() -> Self {
+        QueueHead { first_waiting: UnsafeCell::new(NIL), readers: AtomicU32::new(0) }
+    }
+}
+
+// SAFETY: `sentinel` is touched only by the single appender (module docs,
+// "Who owns what").
+unsafe impl Sync for QueueTail {}
+// SAFETY: `first_waiting` is touched only by the single granter, a role
+// handed on through `status` and `readers` (module docs, "Who owns what").
+unsafe impl Sync for QueueHead {}
+
+/// A variable's lock-free access queue (see the module docs): its two
+/// halves, which live on separate cache lines of the variable's slot.
+#[derive(Clone, Copy)]
+pub(crate) struct VarQueue<'a> {
+    tail: &'a QueueTail,
+    head: &'a QueueHead,
+}
+
+/// Both halves in one place, for the queue's tests and benchmarks.
+#[cfg(any(test, feature = "bench-internals"))]
+#[derive(Debug, Default)]
+pub(crate) struct QueueHalves {
+    tail: QueueTail,
+    head: QueueHead,
+}
+
+#[cfg(any(test, feature = "bench-internals"))]
+impl QueueHalves {
+    pub(crate) fn queue(&self) -> VarQueue<'_> {
+        VarQueue::new(&self.tail, &self.head)
+    }
+}
 
 /// The result of one completing access: the operations it granted, at most
 /// one write or any number of reads (a run of consecutive queued reads).
@@ -92,13 +133,17 @@ unsafe impl Sync for VarQueue {}
 pub(crate) struct Granted<'a> {
     blocks: &'a Pool<VarBlock>,
     next: u32,
-    left: u64,
+    left: u32,
     freed: GiveBatch,
 }
 
 impl<'a> Granted<'a> {
-    fn new(blocks: &'a Pool<VarBlock>, next: u32, left: u64) -> Self {
+    fn new(blocks: &'a Pool<VarBlock>, next: u32, left: u32) -> Self {
         Granted { blocks, next, left, freed: GiveBatch::EMPTY }
+    }
+
+    fn none(blocks: &'a Pool<VarBlock>) -> Self {
+        Self::new(blocks, NIL, 0)
     }
 
     /// The blocks of the operations granted so far, now the caller's to give back.
@@ -117,9 +162,9 @@ impl Iterator for Granted<'_> {
         }
         self.left -= 1;
         let b = self.next;
-        // SAFETY: the block was counted and granted by the CAS that created
-        // this iterator; the granter (us) is its only owner (invariant 4).
-        let (opr, _, next) = unsafe { self.blocks.get(b).read() };
+        // SAFETY: the block was filled and granted to the granter that
+        // made this iterator, its only owner from then on (invariant 4).
+        let (opr, next) = unsafe { self.blocks.get(b).read() };
         self.freed.add(self.blocks, b);
         self.next = next;
         Some(opr)
@@ -133,44 +178,47 @@ impl Drop for Granted<'_> {
     }
 }
 
-impl VarQueue {
-    /// Makes the queue ready for a (re)used variable: empty, with a sentinel.
+impl<'a> VarQueue<'a> {
+    #[inline(always)]
+    pub(crate) fn new(tail: &'a QueueTail, head: &'a QueueHead) -> Self {
+        VarQueue { tail, head }
+    }
+
+    /// Makes the queue ready for a (re)used variable: idle, with a sentinel.
     ///
     /// # Safety
     /// The caller owns the variable exclusively (it was just taken from the
     /// pool), so no other thread touches the queue.
-    pub(crate) unsafe fn reset(&self, blocks: &Pool<VarBlock>) {
-        debug_assert_eq!(self.state.load(Ordering::Relaxed), 0);
+    pub(crate) unsafe fn reset(self, blocks: &Pool<VarBlock>) {
+        debug_assert_eq!(self.head.readers.load(Ordering::Relaxed), 0);
         // SAFETY: exclusive ownership, forwarded from the caller.
         unsafe {
-            let mut s = self.sentinel.with(|p| *p);
+            let mut s = self.tail.sentinel.with(|p| *p);
             if s == NIL {
                 s = blocks.take();
-                blocks.get(s).next.with_mut(|p| *p = NIL);
-                self.sentinel.with_mut(|p| *p = s);
+                self.tail.sentinel.with_mut(|p| *p = s);
             }
-            self.first_waiting.with_mut(|p| *p = s);
+            let block = blocks.get(s);
+            block.next.with_mut(|p| *p = NIL);
+            block.status.store(IDLE, Ordering::Relaxed);
+            self.head.first_waiting.with_mut(|p| *p = s);
         }
     }
 
-    /// Gives the sentinel (and its spare) back; the variable is being freed.
+    /// Gives the sentinel back; the variable is being freed.
     ///
     /// # Safety
-    /// The queue must be idle (state 0) and exclusively owned.
-    pub(crate) unsafe fn release(&self, blocks: &Pool<VarBlock>) {
-        debug_assert_eq!(self.state.load(Ordering::Relaxed), 0, "freeing a busy variable");
+    /// The queue must be idle and exclusively owned.
+    pub(crate) unsafe fn release(self, blocks: &Pool<VarBlock>) {
         // SAFETY: exclusive ownership, forwarded from the caller.
         unsafe {
-            let s = self.sentinel.with(|p| *p);
+            let s = self.tail.sentinel.with(|p| *p);
             if s != NIL {
-                let spare = blocks.get(s).next.with(|p| *p);
-                if spare != NIL {
-                    blocks.give(spare);
-                }
+                debug_assert_eq!(blocks.get(s).status.load(Ordering::Relaxed), IDLE, "freeing a busy variable");
                 blocks.give(s);
             }
-            self.sentinel.with_mut(|p| *p = NIL);
-            self.first_waiting.with_mut(|p| *p = NIL);
+            self.tail.sentinel.with_mut(|p| *p = NIL);
+            self.head.first_waiting.with_mut(|p| *p = NIL);
         }
     }
 
@@ -183,80 +231,91 @@ impl VarQueue {
     /// appender owns the sentinel), on a queue that was [`reset`](Self::reset).
     /// `spares` supplies the empty block linked behind a queued access.
     #[inline]
-    pub(crate) unsafe fn append(&self, blocks: &Pool<VarBlock>, spares: &mut TakeCache, opr: u32, write: bool) -> bool {
-        let mut state = self.state.load(Ordering::Acquire);
-        let mut filled = false;
-        loop {
-            let grantable = if write { state == 0 } else { state & WRITER == 0 && pending(state) == 0 };
-            if grantable {
-                let new = if write { WRITER } else { state + 1 };
-                match self.state.compare_exchange_weak(state, new, Ordering::AcqRel, Ordering::Acquire) {
-                    // A filled but uncounted sentinel stays the sentinel.
-                    Ok(_) => return true,
-                    Err(actual) => {
-                        state = actual;
-                        continue;
-                    }
-                }
+    pub(crate) unsafe fn append(self, blocks: &Pool<VarBlock>, spares: &mut TakeCache, opr: u32, write: bool) -> bool {
+        // SAFETY: appender-owned, per the caller.
+        let sentinel = unsafe { self.tail.sentinel.with(|p| *p) };
+        let s = blocks.get(sentinel);
+        match s.status.load(Ordering::Acquire) {
+            // Parked idle: there is no granter, so the sentinel is ours
+            // alone; it stays the sentinel (nothing is queued).
+            IDLE => {
+                self.start_alone(s, write);
+                return true;
             }
-            // SAFETY: the sentinel is appender-owned and uncounted; the
-            // caller guarantees we are the only appender.
-            let sentinel = unsafe { self.sentinel.with(|p| *p) };
-            if !filled {
-                let block = blocks.get(sentinel);
-                // SAFETY: as above, nobody else reads an uncounted sentinel.
-                unsafe {
-                    block.opr.with_mut(|p| *p = opr);
-                    block.write.with_mut(|p| *p = write);
-                    if block.next.with(|p| *p) == NIL {
-                        let spare = spares.take(blocks);
-                        blocks.get(spare).next.with_mut(|p| *p = NIL);
-                        block.next.with_mut(|p| *p = spare);
-                    }
-                }
-                filled = true;
-            }
-            // Read before publishing: once counted, the block may be granted,
-            // given back and reused before this thread looks at it again.
-            // SAFETY: the filled sentinel is still appender-owned here.
-            let spare = unsafe { blocks.get(sentinel).next.with(|p| *p) };
-            debug_assert!(spare != NIL, "filled sentinel {sentinel} has no spare");
-            match self.state.compare_exchange_weak(state, state + PENDING_ONE, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => {
-                    // SAFETY: appender-owned; the spare becomes the sentinel.
-                    unsafe { self.sentinel.with_mut(|p| *p = spare) };
-                    return false;
-                }
-                Err(actual) => state = actual,
-            }
+            READING if !write && self.join_reads() => return true,
+            _ => {}
+        }
+        // Queue it: fill the sentinel, link a fresh one behind it, publish.
+        let spare = spares.take(blocks);
+        let fresh = blocks.get(spare);
+        // SAFETY: the spare was just taken; the sentinel is unpublished and
+        // appender-owned (a granter reads its fields only once filled).
+        unsafe {
+            fresh.next.with_mut(|p| *p = NIL);
+            s.opr.with_mut(|p| *p = opr);
+            s.next.with_mut(|p| *p = spare);
+            self.tail.sentinel.with_mut(|p| *p = spare);
+        }
+        fresh.status.store(EMPTY, Ordering::Relaxed);
+        // Once published the block may be granted, given back and reused at
+        // once: nothing below reads it.
+        let was = s.status.swap(if write { WRITE } else { READ }, Ordering::AcqRel);
+        if was != IDLE {
+            // Behind something running (`EMPTY`), or behind reads that were
+            // ending (`READING`, the join failed): their granter takes it.
+            return false;
+        }
+        // The queue was parked idle between our look and our swap: there is
+        // no granter, so we grant the access ourselves.
+        // SAFETY: parking handed the granter's role to whoever fills the
+        // sentinel next: us.
+        unsafe { self.head.first_waiting.with_mut(|p| *p = spare) };
+        self.start_alone(fresh, write);
+        blocks.give(sentinel);
+        true
+    }
+
+    /// Starts an access on a queue with nothing running or waiting, whose
+    /// sentinel (also its first waiting block) is `s`.
+    #[inline(always)]
+    fn start_alone(self, s: &VarBlock, write: bool) {
+        if write {
+            s.status.store(EMPTY, Ordering::Relaxed);
+        } else {
+            self.head.readers.store(1, Ordering::Relaxed);
+            s.status.store(READING, Ordering::Release);
         }
     }
 
+    /// Joins the running reads, if they have not all completed.
+    #[inline]
+    fn join_reads(self) -> bool {
+        let readers = &self.head.readers;
+        let mut running = readers.load(Ordering::Relaxed);
+        while running > 0 {
+            match readers.compare_exchange_weak(running, running + 1, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return true,
+                Err(now) => running = now,
+            }
+        }
+        false
+    }
+
     /// **complete read**: the calling operation's granted read is done.
-    /// Returns the operations this grants (at most one write).
+    /// Returns the operations this grants (at most one write, or reads that
+    /// could not join).
     ///
     /// # Safety
     /// The caller must hold a granted read on this queue and call this once.
     #[inline]
-    pub(crate) unsafe fn complete_read<'a>(&self, blocks: &'a Pool<VarBlock>) -> Granted<'a> {
-        let mut state = self.state.load(Ordering::Acquire);
-        loop {
-            debug_assert!(state & READERS_MASK > 0 && state & WRITER == 0, "complete_read without a read");
-            let mut new = state - 1;
-            let grant = new & READERS_MASK == 0 && pending(new) > 0;
-            if grant {
-                new = new - PENDING_ONE + WRITER;
-            }
-            match self.state.compare_exchange_weak(state, new, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) if grant => {
-                    // SAFETY: our CAS made us the granter; the first waiting
-                    // block is a counted write (invariant 3).
-                    return unsafe { self.take_granted(blocks, 1) };
-                }
-                Ok(_) => return Granted::new(blocks, NIL, 0),
-                Err(actual) => state = actual,
-            }
+    pub(crate) unsafe fn complete_read(self, blocks: &'a Pool<VarBlock>) -> Granted<'a> {
+        let before = self.head.readers.fetch_sub(1, Ordering::AcqRel);
+        debug_assert!(before > 0, "complete_read without a read");
+        if before != 1 {
+            return Granted::none(blocks);
         }
+        // SAFETY: the last reader out is the granter.
+        unsafe { self.grant_or_park(blocks, READING) }
     }
 
     /// **complete write**: the calling operation's granted write is done.
@@ -265,103 +324,108 @@ impl VarQueue {
     /// # Safety
     /// The caller must hold the granted write on this queue and call this once.
     #[inline]
-    pub(crate) unsafe fn complete_write<'a>(&self, blocks: &'a Pool<VarBlock>) -> Granted<'a> {
-        let mut state = self.state.load(Ordering::Acquire);
-        loop {
-            debug_assert!(state & WRITER != 0, "complete_write without the write");
-            let waiting = pending(state);
-            let granted = if waiting == 0 {
-                0
-            } else {
-                // SAFETY: while we hold the write nobody else grants, and the
-                // first `waiting` blocks are counted, hence immutable.
-                unsafe { self.front_group(blocks, waiting) }
-            };
-            let new = match granted {
-                0 => state & !WRITER,
-                WRITE_GROUP => state - PENDING_ONE, // WRITER stays set: handed over
-                k => (state & !WRITER) - k * PENDING_ONE + k,
-            };
-            match self.state.compare_exchange_weak(state, new, Ordering::AcqRel, Ordering::Acquire) {
-                // Nothing granted: the CAS released the queue, so this thread
-                // must not touch `first_waiting` again (a later granter may
-                // already own it; a late store would roll it back).
-                Ok(_) if granted == 0 => return Granted::new(blocks, NIL, 0),
-                Ok(_) => {
-                    let count = if granted == WRITE_GROUP { 1 } else { granted };
-                    // SAFETY: our CAS made us the granter of `count` blocks.
-                    return unsafe { self.take_granted(blocks, count) };
-                }
-                Err(actual) => state = actual,
-            }
-        }
+    pub(crate) unsafe fn complete_write(self, blocks: &'a Pool<VarBlock>) -> Granted<'a> {
+        // SAFETY: the completing writer is the granter.
+        unsafe { self.grant_or_park(blocks, EMPTY) }
     }
 
-    /// Counts the group at the front of the first `waiting` queued blocks:
-    /// [`WRITE_GROUP`] for a write, else the number of consecutive reads.
+    /// As the granter: grants the group waiting first, or, when nothing
+    /// waits (the first waiting block is the sentinel, in status `unfilled`),
+    /// parks the queue idle.
     ///
     /// # Safety
-    /// The caller must be the only possible granter and `waiting` blocks must
-    /// be counted.
-    unsafe fn front_group(&self, blocks: &Pool<VarBlock>, waiting: u64) -> u64 {
-        // SAFETY: granter-owned field and counted blocks, per the caller.
-        unsafe {
-            let mut b = self.first_waiting.with(|p| *p);
-            let (_, write, mut next) = blocks.get(b).read();
-            if write {
-                return WRITE_GROUP;
+    /// The caller must be the granter: the completing writer, or the last
+    /// reader out.
+    #[inline(always)]
+    unsafe fn grant_or_park(self, blocks: &'a Pool<VarBlock>, unfilled: u8) -> Granted<'a> {
+        // SAFETY: granter-owned.
+        let first = unsafe { self.head.first_waiting.with(|p| *p) };
+        let f = blocks.get(first);
+        let mut status = f.status.load(Ordering::Acquire);
+        if status == unfilled {
+            match f.status.compare_exchange(unfilled, IDLE, Ordering::AcqRel, Ordering::Acquire) {
+                // Parked: the role passes to the next appender; nothing
+                // here may touch the queue again.
+                Ok(_) => return Granted::none(blocks),
+                Err(filled) => status = filled,
             }
-            let mut reads = 1;
-            while reads < waiting {
-                b = next;
-                let (_, write, n) = blocks.get(b).read();
-                if write {
-                    break;
-                }
-                next = n;
-                reads += 1;
-            }
-            reads
         }
+        debug_assert!(status == READ || status == WRITE, "granting block {first} in status {status}");
+        // SAFETY: forwarded; `first` is filled (seen with acquire).
+        unsafe { self.grant_front(blocks, first, status) }
     }
 
-    /// Advances `first_waiting` past `count` granted blocks and returns them.
+    /// Grants the group at the front: the write `first`, or the run of
+    /// reads from `first` on; advances `first_waiting` past it before
+    /// returning (a granted operation may complete at once and make its
+    /// completer the next granter). When nothing waits behind granted reads,
+    /// parks the queue `READING` so that reads appended later join them.
     ///
     /// # Safety
-    /// The caller's CAS must just have granted the first `count` blocks.
-    unsafe fn take_granted<'a>(&self, blocks: &'a Pool<VarBlock>, count: u64) -> Granted<'a> {
-        // SAFETY: granter-owned field; the granted blocks are ours to read.
-        unsafe {
-            let first = self.first_waiting.with(|p| *p);
-            let mut b = first;
-            for _ in 0..count {
-                b = blocks.get(b).next.with(|p| *p);
+    /// The caller must be the granter and have seen `first` filled with
+    /// `status`.
+    #[inline(always)]
+    unsafe fn grant_front(self, blocks: &'a Pool<VarBlock>, first: u32, status: u8) -> Granted<'a> {
+        // SAFETY: filled and ours (granter), per the caller.
+        let (_, mut next) = unsafe { blocks.get(first).read() };
+        let mut count = 1;
+        if status == READ {
+            loop {
+                let b = blocks.get(next);
+                match b.status.load(Ordering::Acquire) {
+                    READ => {
+                        count += 1;
+                        // SAFETY: filled (seen with acquire) and not granted.
+                        next = unsafe { b.read() }.1;
+                    }
+                    EMPTY => {
+                        // The sentinel: park `READING`, with the cursor and
+                        // the count in place first (after the CAS nothing
+                        // here touches the queue; a count stored late would
+                        // make a read appended at once queue, not join).
+                        self.head.readers.store(count, Ordering::Relaxed);
+                        // SAFETY: granter-owned until the CAS below lands.
+                        unsafe { self.head.first_waiting.with_mut(|p| *p = next) };
+                        if b.status.compare_exchange(EMPTY, READING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                            return Granted::new(blocks, first, count);
+                        }
+                        // Filled meanwhile: look at it again.
+                    }
+                    _ => break,
+                }
             }
-            debug_assert!(b != NIL, "granting {count} from block {first} walked off the chain");
-            // Must precede handing any granted operation on (module docs).
-            self.first_waiting.with_mut(|p| *p = b);
-            Granted::new(blocks, first, count)
+            self.head.readers.store(count, Ordering::Relaxed);
         }
+        // SAFETY: granter-owned.
+        unsafe { self.head.first_waiting.with_mut(|p| *p = next) };
+        Granted::new(blocks, first, count)
     }
 
     /// Whether an access appended now would be granted at once with
     /// nothing queued before it: for a write, nothing granted or queued; for
     /// a read, no write granted and nothing queued (running reads are fine).
-    /// Only the appender's answer is stable: nobody else can queue meanwhile.
+    /// A conservative `false` is possible (a queue that is being parked).
+    ///
+    /// # Safety
+    /// Only the appender may ask (the dispatcher's holder): its answer is
+    /// stable because nobody else can queue meanwhile.
     #[inline]
-    pub(crate) fn grants_at_once(&self, write: bool) -> bool {
-        let state = self.state.load(Ordering::Acquire);
-        if write {
-            state == 0
-        } else {
-            state & WRITER == 0 && pending(state) == 0
+    pub(crate) unsafe fn grants_at_once(self, blocks: &Pool<VarBlock>, write: bool) -> bool {
+        // SAFETY: appender-owned, per the caller.
+        let sentinel = unsafe { self.tail.sentinel.with(|p| *p) };
+        match blocks.get(sentinel).status.load(Ordering::Acquire) {
+            IDLE => true,
+            READING => !write,
+            _ => false,
         }
     }
 
     /// Whether no access is granted or queued.
     #[cfg(test)]
-    pub(crate) fn is_idle(&self) -> bool {
-        self.state.load(Ordering::Acquire) == 0
+    pub(crate) fn is_idle(self, blocks: &Pool<VarBlock>) -> bool {
+        // SAFETY: tests ask only once every thread has stopped appending.
+        let sentinel = unsafe { self.tail.sentinel.with(|p| *p) };
+        blocks.get(sentinel).status.load(Ordering::Acquire) == IDLE && self.head.readers.load(Ordering::Acquire) == 0
     }
 }
 
@@ -369,17 +433,18 @@ impl VarQueue {
 mod tests {
     use super::*;
 
-    fn queue(blocks: &Pool<VarBlock>) -> VarQueue {
-        let q = VarQueue::default();
+    fn halves(blocks: &Pool<VarBlock>) -> QueueHalves {
+        let h = QueueHalves::default();
         // SAFETY: the queue is local to the test.
-        unsafe { q.reset(blocks) };
-        q
+        unsafe { h.queue().reset(blocks) };
+        h
     }
 
     #[test]
     fn reads_share_writes_wait_in_order() {
         let blocks = Pool::new();
-        let q = queue(&blocks);
+        let h = halves(&blocks);
+        let q = h.queue();
         let mut spares = TakeCache::default();
         // SAFETY: single-threaded; every completion matches a granted access.
         unsafe {
@@ -397,7 +462,7 @@ mod tests {
             assert_eq!(q.complete_read(&blocks).collect::<Vec<_>>(), vec![6]);
             assert_eq!(q.complete_write(&blocks).collect::<Vec<_>>(), vec![7]);
             assert_eq!(q.complete_read(&blocks).collect::<Vec<_>>(), Vec::<u32>::new());
-            assert!(q.is_idle());
+            assert!(q.is_idle(&blocks));
             q.release(&blocks);
         }
         spares.give_back(&blocks);
@@ -413,7 +478,8 @@ mod tests {
         use std::sync::Mutex;
         const OPS: u32 = 200_000;
         let blocks = Pool::new();
-        let q = queue(&blocks);
+        let h = halves(&blocks);
+        let q = h.queue();
         let granted: Vec<AtomicU8> = (0..OPS).map(|_| AtomicU8::new(0)).collect();
         let is_write = |op: u32| op % 3 != 1;
         // Running accesses: +1 per read, -1_000_000 per write.
@@ -461,7 +527,7 @@ mod tests {
                 });
             }
         });
-        assert!(q.is_idle());
+        assert!(q.is_idle(&blocks));
         assert!(granted.iter().all(|g| g.load(O::SeqCst) == 1));
     }
 }
@@ -481,7 +547,7 @@ mod loom_models {
 
     struct Model {
         blocks: Pool<VarBlock>,
-        queue: VarQueue,
+        halves: QueueHalves,
         /// Whether operation `i` writes.
         writes: Vec<bool>,
         /// How often each operation was granted.
@@ -497,7 +563,7 @@ mod loom_models {
         fn new(writes: &[bool]) -> Arc<Self> {
             let m = Model {
                 blocks: Pool::new(),
-                queue: VarQueue::default(),
+                halves: QueueHalves::default(),
                 writes: writes.to_vec(),
                 grants: writes.iter().map(|_| LoomU32::new(0)).collect(),
                 grant_seq: writes.iter().map(|_| LoomU32::new(u32::MAX)).collect(),
@@ -505,7 +571,7 @@ mod loom_models {
                 running: LoomI64::new(0),
             };
             // SAFETY: not shared yet.
-            unsafe { m.queue.reset(&m.blocks) };
+            unsafe { m.halves.queue().reset(&m.blocks) };
             Arc::new(m)
         }
 
@@ -514,8 +580,9 @@ mod loom_models {
         fn append(&self, ops: std::ops::Range<u32>) -> Vec<u32> {
             let mut spares = TakeCache::default();
             // SAFETY: each model has one appending thread at a time.
-            let granted =
-                ops.filter(|&op| unsafe { self.queue.append(&self.blocks, &mut spares, op, self.writes[op as usize]) });
+            let granted = ops.filter(|&op| unsafe {
+                self.halves.queue().append(&self.blocks, &mut spares, op, self.writes[op as usize])
+            });
             let granted = granted.collect();
             spares.give_back(&self.blocks);
             granted
@@ -537,9 +604,9 @@ mod loom_models {
                 // SAFETY: `op` holds its granted access and completes it once.
                 mine.extend(unsafe {
                     if write {
-                        self.queue.complete_write(&self.blocks)
+                        self.halves.queue().complete_write(&self.blocks)
                     } else {
-                        self.queue.complete_read(&self.blocks)
+                        self.halves.queue().complete_read(&self.blocks)
                     }
                 });
             }
@@ -548,35 +615,72 @@ mod loom_models {
         fn check_end(&self) {
             let grants: Vec<u32> = self.grants.iter().map(|g| g.load(Ordering::SeqCst)).collect();
             assert_eq!(grants, vec![1; self.writes.len()], "each access granted exactly once");
-            assert!(self.queue.is_idle());
+            assert!(self.halves.queue().is_idle(&self.blocks));
             // SAFETY: idle and no longer shared.
-            unsafe { self.queue.release(&self.blocks) };
+            unsafe { self.halves.queue().release(&self.blocks) };
         }
 
         fn seq(&self, op: usize) -> u32 {
             self.grant_seq[op].load(Ordering::SeqCst)
+        }
+
+        /// One completer against the appender: appends the first `split`
+        /// operations (which must grant just `first_granted`), runs those on
+        /// a second thread while this one appends the rest and runs what
+        /// they grant, then checks the end state.
+        fn race_one_completer(writes: &[bool], split: u32, first_granted: &[u32]) -> Arc<Self> {
+            let m = Model::new(writes);
+            let first = m.append(0..split);
+            assert_eq!(first, first_granted, "granted before the race");
+            let completer = {
+                let m = m.clone();
+                loom::thread::spawn(move || m.run(first))
+            };
+            let direct = m.append(split..writes.len() as u32);
+            m.run(direct);
+            completer.join().unwrap();
+            m.check_end();
+            m
         }
     }
 
     /// **complete write** against **append write**: a writer completes
     /// while the appender queues three more writes, one of them granted
     /// directly and completed by the appender's thread. Catches a
-    /// completion that stores `first_waiting` after releasing the queue
-    /// (the cursor rolls back and an operation is granted twice).
+    /// completion that touches `first_waiting` after parking the queue.
     #[test]
     fn writes_race_appends_and_completions() {
         loom::model(|| {
-            let m = Model::new(&[true; 4]);
-            let first = m.append(0..1);
-            let completer = {
-                let m = m.clone();
-                loom::thread::spawn(move || m.run(first))
-            };
-            let direct = m.append(1..4);
-            m.run(direct);
-            completer.join().unwrap();
-            m.check_end();
+            let m = Model::race_one_completer(&[true; 4], 1, &[0]);
             assert!((0..3).all(|op| m.seq(op) < m.seq(op + 1)), "writes granted in append order");
+        });
+    }
+
+    /// **complete read** (the last reader parking the queue) against a
+    /// read that tries to join it: the read either joins the running read,
+    /// or is queued and granted by its completion, or finds the queue idle
+    /// and grants itself; the write behind it waits for both reads. Catches
+    /// a join that does not re-check the count, a park that loses a filled
+    /// sentinel, and a self-grant that leaves the cursor behind.
+    #[test]
+    fn a_read_joins_reads_as_they_end() {
+        loom::model(|| {
+            // The read is granted at once (the queue is idle).
+            let m = Model::race_one_completer(&[false, false, true], 1, &[0]);
+            assert!(m.seq(0) < m.seq(2) && m.seq(1) < m.seq(2), "the write after both reads");
+        });
+    }
+
+    /// **complete write** granting a run of reads and parking the queue
+    /// `READING`, against the appender adding a read (which joins them or
+    /// is granted with them) and a write (which waits for all of them).
+    #[test]
+    fn granted_reads_park_while_reads_and_a_write_arrive() {
+        loom::model(|| {
+            // The write is granted, the read queued behind it.
+            let m = Model::race_one_completer(&[true, false, false, true], 2, &[0]);
+            assert!(m.seq(0) < m.seq(1) && m.seq(0) < m.seq(2), "the reads after the first write");
+            assert!(m.seq(1) < m.seq(3) && m.seq(2) < m.seq(3), "the last write after the reads");
         });
     }
 

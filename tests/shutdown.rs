@@ -106,7 +106,7 @@ fn no_block_is_left_behind() {
         let stats = engine.pool_stats();
         assert_eq!(stats.live_ops, 0, "{:?}: {stats:?}", engine.kind());
         assert_eq!(stats.live_vars, 16);
-        assert!(stats.live_var_blocks <= 2 * 16, "only sentinels (and their spares) stay: {stats:?}");
+        assert!(stats.live_var_blocks <= 2 * 16, "only sentinels (and the dispatcher's spares) stay: {stats:?}");
         for v in vars {
             engine.delete_var(v, || {}).unwrap();
         }

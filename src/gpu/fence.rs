@@ -181,8 +181,8 @@ mod tests {
     }
 
     #[test]
-    fn a_fence_keeps_a_variable_on_one_cache_line() {
+    fn a_fence_fits_the_completion_side_of_a_variable() {
         assert_eq!(std::mem::size_of::<VarFence>(), 16);
-        assert_eq!(std::mem::size_of::<crate::var::VarSlot>(), 64);
+        assert_eq!(std::mem::size_of::<crate::var::CompletionSide>(), 64);
     }
 }

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Alternating A/B of two depengine-perf binaries: runs A, B, A, B, … ROUNDS
+# times with the same arguments, then prints per row (engine, workload, W)
+# the median ns/op of each, B ÷ A of the medians and of the minima, and
+# every round's figure. On a shared machine whose speed drifts by 10–50 %
+# within minutes, only figures taken in turn like this compare two builds.
+#
+#   perf/ab.sh ROUNDS BIN_A BIN_B -- <depengine-perf arguments>
+#   perf/ab.sh 20 /tmp/before/depengine-perf target/release/depengine-perf \
+#       -- --engines pooled,per_device --w 0 --n 200000 --reps 3
+#
+# Build the "before" binary from a worktree of the older commit
+# (`git worktree add /tmp/before <rev> && cargo build --release -p
+# depengine-perf --manifest-path /tmp/before/Cargo.toml`) and copy it
+# aside. The raw rounds are kept in $AB_RAW (default: a temporary file).
+set -euo pipefail
+if [[ $# -lt 4 || "$4" != "--" ]]; then
+    sed -n '2,16p' "$0" >&2
+    exit 2
+fi
+rounds=$1 a=$2 b=$3
+shift 4
+raw="${AB_RAW:-$(mktemp)}"
+: > "$raw"
+for _ in $(seq "$rounds"); do
+    for side in A B; do
+        bin=$a
+        [[ $side == B ]] && bin=$b
+        # Throughput rows: engine workload W N ns/op …
+        "$bin" "$@" 2>/dev/null | awk -v s="$side" '$3 ~ /^[0-9]+$/ && $4 ~ /^[0-9]+$/ {print s, $1, $2, $3, $5}' >> "$raw"
+    done
+done
+python3 - "$raw" <<'PY'
+import collections, statistics, sys
+rows = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    side, engine, workload, w, ns = line.split()
+    rows[(engine, workload, w, side)].append(float(ns))
+for key in sorted({k[:3] for k in rows}):
+    a, b = rows.get(key + ("A",), []), rows.get(key + ("B",), [])
+    if not a or not b:
+        continue
+    ma, mb = statistics.median(a), statistics.median(b)
+    print(f"{key[0]:<11}{key[1]:<9}W={key[2]:<5} A {ma:8.1f}  B {mb:8.1f}  B/A {mb / ma:5.2f}  min B/A {min(b) / min(a):5.2f}"
+          f"   A:{[round(x) for x in a]} B:{[round(x) for x in b]}")
+PY

@@ -193,11 +193,10 @@ impl<'a> VarQueue<'a> {
         debug_assert_eq!(self.head.readers.load(Ordering::Relaxed), 0);
         // SAFETY: exclusive ownership, forwarded from the caller.
         unsafe {
-            let mut s = self.tail.sentinel.with(|p| *p);
-            if s == NIL {
-                s = blocks.take();
-                self.tail.sentinel.with_mut(|p| *p = s);
-            }
+            // A slot comes from the pool new or `release`d: no sentinel.
+            debug_assert_eq!(self.tail.sentinel.with(|p| *p), NIL, "reset of a queue that has a sentinel");
+            let s = blocks.take();
+            self.tail.sentinel.with_mut(|p| *p = s);
             let block = blocks.get(s);
             block.next.with_mut(|p| *p = NIL);
             block.status.store(IDLE, Ordering::Relaxed);
@@ -352,11 +351,11 @@ impl<'a> VarQueue<'a> {
         }
         debug_assert!(status == READ || status == WRITE, "granting block {first} in status {status}");
         // SAFETY: forwarded; `first` is filled (seen with acquire).
-        unsafe { self.grant_front(blocks, first, status) }
+        unsafe { self.grant_front(blocks, first, f, status) }
     }
 
-    /// Grants the group at the front: the write `first`, or the run of
-    /// reads from `first` on; advances `first_waiting` past it before
+    /// Grants the group at the front: the write `first` (block `f`), or the
+    /// run of reads from `first` on; advances `first_waiting` past it before
     /// returning (a granted operation may complete at once and make its
     /// completer the next granter). When nothing waits behind granted reads,
     /// parks the queue `READING` so that reads appended later join them.
@@ -365,9 +364,9 @@ impl<'a> VarQueue<'a> {
     /// The caller must be the granter and have seen `first` filled with
     /// `status`.
     #[inline(always)]
-    unsafe fn grant_front(self, blocks: &'a Pool<VarBlock>, first: u32, status: u8) -> Granted<'a> {
+    unsafe fn grant_front(self, blocks: &'a Pool<VarBlock>, first: u32, f: &VarBlock, status: u8) -> Granted<'a> {
         // SAFETY: filled and ours (granter), per the caller.
-        let (_, mut next) = unsafe { blocks.get(first).read() };
+        let (_, mut next) = unsafe { f.read() };
         let mut count = 1;
         if status == READ {
             loop {

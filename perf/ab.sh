@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Alternating A/B of two depengine-perf binaries: runs A, B, A, B, … ROUNDS
 # times with the same arguments, then prints per row (engine, workload, W)
-# the median ns/op of each, B ÷ A of the medians and of the minima, and
-# every round's figure. On a shared machine whose speed drifts by 10–50 %
+# the median ns/op of each, B ÷ A of the medians and of the minima, the
+# median of the rounds' own B ÷ A ("pairs", with how many rounds B won),
+# and every round's figure. On a shared machine whose speed drifts by 10–50 %
 # within minutes, only figures taken in turn like this compare two builds.
 #
 #   perf/ab.sh ROUNDS BIN_A BIN_B -- <depengine-perf arguments>
@@ -41,6 +42,11 @@ for key in sorted({k[:3] for k in rows}):
     if not a or not b:
         continue
     ma, mb = statistics.median(a), statistics.median(b)
+    # Round by round: B ÷ A of the same round, which a slow spell spanning
+    # the round affects on both sides.
+    pairs = sorted(y / x for x, y in zip(a, b))
+    wins = sum(r < 1 for r in pairs)
     print(f"{key[0]:<11}{key[1]:<9}W={key[2]:<5} A {ma:8.1f}  B {mb:8.1f}  B/A {mb / ma:5.2f}  min B/A {min(b) / min(a):5.2f}"
+          f"  pairs {statistics.median(pairs):5.2f} (B<A {wins}/{len(pairs)})"
           f"   A:{[round(x) for x in a]} B:{[round(x) for x in b]}")
 PY

@@ -104,8 +104,9 @@ impl Core {
         });
         Core {
             id: NEXT_ENGINE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
-            oprs: Pool::new(),
-            blocks: Pool::new(),
+            // Blocks are given back on workers and taken on pushers.
+            oprs: Pool::new().prefetching(workers > 0),
+            blocks: Pool::new().prefetching(workers > 0),
             vars: Pool::new(),
             waits: Pool::with_first_segment(),
             bulks: Pool::new(),

@@ -251,6 +251,8 @@ impl Pooled for OprBlock {
     fn free_link(&self) -> &AtomicU32 {
         &self.link
     }
+
+    const PREFETCH_LINES: usize = 4;
 }
 
 // SAFETY: the `UnsafeCell` fields are accessed by one owner at a time, each

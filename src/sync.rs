@@ -136,6 +136,25 @@ pub(crate) fn loom_sc_fence() {
     fence(Ordering::SeqCst);
 }
 
+/// Asks the CPU to bring the `lines` cache lines from `addr` into this
+/// core's cache in a writable state (`prefetchw`), without waiting for them.
+/// A hint only: no effect on what any thread reads or writes, nothing under
+/// loom or off x86-64.
+#[inline(always)]
+pub(crate) fn prefetch_for_write(addr: *const u8, lines: usize) {
+    #[cfg(all(target_arch = "x86_64", not(depengine_loom)))]
+    for line in 0..lines {
+        // SAFETY: `prefetchw` never faults, whatever the address, and
+        // changes nothing but which lines this core caches (a CPU without
+        // it executes the opcode as a NOP).
+        unsafe {
+            std::arch::asm!("prefetchw [{0}]", in(reg) addr.wrapping_add(line * 64), options(nostack, preserves_flags, readonly));
+        }
+    }
+    #[cfg(not(all(target_arch = "x86_64", not(depengine_loom))))]
+    let _ = (addr, lines);
+}
+
 /// A hint to the CPU that we are in a spin loop (a model-checker yield under loom).
 #[inline(always)]
 pub(crate) fn spin_hint() {

@@ -44,6 +44,8 @@ impl Pooled for VarBlock {
     fn free_link(&self) -> &AtomicU32 {
         &self.free_link
     }
+
+    const PREFETCH_LINES: usize = 1;
 }
 
 // SAFETY: a block's plain fields are written by the appender before it

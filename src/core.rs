@@ -435,6 +435,10 @@ impl Core {
     #[inline]
     pub(crate) fn grant(&self, op: u32, by: u64) {
         let block = self.oprs.get(op);
+        // The pusher wrote the block last. Whoever takes `wait` to zero runs
+        // it (most often this thread, next): start all its lines on their
+        // way before the locked decrement waits for the first.
+        self.oprs.prefetch_lines(op, 4);
         if block.wait.fetch_sub(1, Ordering::AcqRel) == 1 {
             // SAFETY: taking `wait` to zero made us the block's owner.
             if unsafe { block.meta() }.profile_session != 0 {

@@ -308,8 +308,14 @@ impl<T: Pooled> Pool<T> {
     /// a hint, with no effect on what any thread reads.
     #[inline(always)]
     fn prefetch(&self, index: u32) {
+        self.prefetch_lines(index, T::PREFETCH_LINES);
+    }
+
+    /// As `prefetch`, for the first `lines` lines of the value only.
+    #[inline(always)]
+    pub(crate) fn prefetch_lines(&self, index: u32, lines: usize) {
         if self.prefetch && index != NIL {
-            crate::sync::prefetch_for_write(ptr::from_ref(self.get(index)).cast(), T::PREFETCH_LINES);
+            crate::sync::prefetch_for_write(ptr::from_ref(self.get(index)).cast(), lines);
         }
     }
 

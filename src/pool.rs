@@ -307,7 +307,7 @@ impl<T: Pooled> Pool<T> {
     /// core's cache for writing, if the pool is [`prefetching`](Self::prefetching):
     /// a hint, with no effect on what any thread reads.
     #[inline(always)]
-    fn prefetch(&self, index: u32) {
+    pub(crate) fn prefetch(&self, index: u32) {
         self.prefetch_lines(index, T::PREFETCH_LINES);
     }
 

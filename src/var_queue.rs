@@ -399,6 +399,9 @@ impl<'a> VarQueue<'a> {
         }
         // SAFETY: granter-owned.
         unsafe { self.head.first_waiting.with_mut(|p| *p = next) };
+        // The next granter (the completion of what is granted here) starts
+        // at `next`: a block the appender wrote last.
+        blocks.prefetch(next);
         Granted::new(blocks, first, count)
     }
 

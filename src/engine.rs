@@ -212,7 +212,7 @@ impl Engine {
 
     /// Completed writes of `var` so far (reads leave it unchanged).
     pub fn var_version(&self, var: Var) -> Result<u64, EngineError> {
-        Ok(self.core.slot_of(var)?.done.version.load(Ordering::Acquire))
+        Ok(self.core.slot_of(var)?.version())
     }
 
     // ----- pushes ----------------------------------------------------------

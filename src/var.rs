@@ -47,7 +47,7 @@ pub(crate) struct VarSlot {
     pub(crate) life: AtomicU64,
     free_link: AtomicU32,
     tail: QueueTail,
-    pub(crate) done: CompletionSide,
+    done: CompletionSide,
 }
 
 /// The completing side of a variable's state (its slot's second line).
@@ -56,7 +56,7 @@ pub(crate) struct VarSlot {
 pub(crate) struct CompletionSide {
     head: QueueHead,
     /// Completed writes since creation.
-    pub(crate) version: AtomicU64,
+    version: AtomicU64,
     /// The failure the current value holds. Read only by operations granted
     /// a read, written only by the operation granted the write, so the
     /// scheduling rule itself protects it.
@@ -64,7 +64,7 @@ pub(crate) struct CompletionSide {
     /// The GPU work a later operation on the variable waits for
     /// (`gpu/fence.rs`).
     #[cfg(feature = "cuda")]
-    pub(crate) gpu: crate::gpu::VarFence,
+    gpu: crate::gpu::VarFence,
 }
 
 impl Pooled for VarSlot {
@@ -82,6 +82,19 @@ impl VarSlot {
     #[inline(always)]
     pub(crate) fn queue(&self) -> VarQueue<'_> {
         VarQueue::new(&self.tail, &self.done.head)
+    }
+
+    /// Completed writes since creation (`Engine::var_version`).
+    #[inline]
+    pub(crate) fn version(&self) -> u64 {
+        self.done.version.load(Ordering::Acquire)
+    }
+
+    /// The GPU work a later operation on the variable waits for.
+    #[cfg(feature = "cuda")]
+    #[inline]
+    pub(crate) fn gpu_fence(&self) -> &crate::gpu::VarFence {
+        &self.done.gpu
     }
 
     /// Checks that `var`'s incarnation is alive and not being deleted.

@@ -233,10 +233,10 @@ impl<'a> VarQueue<'a> {
     /// `spares` supplies the empty block linked behind a queued access.
     #[inline]
     pub(crate) unsafe fn append(self, blocks: &Pool<VarBlock>, spares: &mut TakeCache, opr: u32, write: bool) -> bool {
-        // SAFETY: appender-owned, per the caller.
-        let sentinel = unsafe { self.tail.sentinel.with(|p| *p) };
+        // SAFETY: the appender, per the caller.
+        let (sentinel, status) = unsafe { self.sentinel(blocks) };
         let s = blocks.get(sentinel);
-        match s.status.load(Ordering::Acquire) {
+        match status {
             // Parked idle: there is no granter, so the sentinel is ours
             // alone; it stays the sentinel (nothing is queued).
             IDLE => {
@@ -415,9 +415,8 @@ impl<'a> VarQueue<'a> {
     /// stable because nobody else can queue meanwhile.
     #[inline]
     pub(crate) unsafe fn grants_at_once(self, blocks: &Pool<VarBlock>, write: bool) -> bool {
-        // SAFETY: appender-owned, per the caller.
-        let sentinel = unsafe { self.tail.sentinel.with(|p| *p) };
-        match blocks.get(sentinel).status.load(Ordering::Acquire) {
+        // SAFETY: the appender, per the caller.
+        match unsafe { self.sentinel(blocks) }.1 {
             IDLE => true,
             READING => !write,
             _ => false,
@@ -428,8 +427,19 @@ impl<'a> VarQueue<'a> {
     #[cfg(test)]
     pub(crate) fn is_idle(self, blocks: &Pool<VarBlock>) -> bool {
         // SAFETY: tests ask only once every thread has stopped appending.
+        unsafe { self.sentinel(blocks) }.1 == IDLE && self.head.readers.load(Ordering::Acquire) == 0
+    }
+
+    /// The sentinel's index and the status it holds now (acquire).
+    ///
+    /// # Safety
+    /// The sentinel is appender-owned: only the appender may ask, or anyone
+    /// once no thread appends.
+    #[inline(always)]
+    unsafe fn sentinel(self, blocks: &Pool<VarBlock>) -> (u32, u8) {
+        // SAFETY: per the caller.
         let sentinel = unsafe { self.tail.sentinel.with(|p| *p) };
-        blocks.get(sentinel).status.load(Ordering::Acquire) == IDLE && self.head.readers.load(Ordering::Acquire) == 0
+        (sentinel, blocks.get(sentinel).status.load(Ordering::Acquire))
     }
 }
 

@@ -219,7 +219,7 @@ impl GpuRings {
         let who = on_lane.map_or(Waiter::Host, |l| Waiter::Lane { id: lane, stream: &l.stream });
         // SAFETY: the runner owns the block and holds every access it lists.
         for d in unsafe { block.dep_slice() } {
-            core.vars.get(d.slot()).done.gpu.wait(&self.lanes, &who, d.writes())?;
+            core.vars.get(d.slot()).gpu_fence().wait(&self.lanes, &who, d.writes())?;
         }
         Ok(on_lane.map(|l| {
             block.gpu_lane.store(lane as u32 + 1, Ordering::Relaxed);
@@ -239,7 +239,7 @@ impl GpuRings {
         let seq = self.lanes[lane].record()?;
         // SAFETY: the completer owns the block and still holds its accesses.
         for d in unsafe { block.dep_slice() } {
-            core.vars.get(d.slot()).done.gpu.note(lane, seq, d.writes());
+            core.vars.get(d.slot()).gpu_fence().note(lane, seq, d.writes());
         }
         Ok(())
     }
@@ -250,7 +250,7 @@ impl GpuRings {
         if !core.gpu_used.load(Ordering::Acquire) {
             return Ok(());
         }
-        core.vars.get(slot).done.gpu.wait(&self.lanes, &Waiter::Host, write).map_err(gpu_error)
+        core.vars.get(slot).gpu_fence().wait(&self.lanes, &Waiter::Host, write).map_err(gpu_error)
     }
 
     /// After `wait_all` and at shutdown: blocks until every stream is idle.

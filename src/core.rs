@@ -438,7 +438,7 @@ impl Core {
         // The pusher wrote the block last. Whoever takes `wait` to zero runs
         // it (most often this thread, next): start all its lines on their
         // way before the locked decrement waits for the first.
-        self.oprs.prefetch_lines(op, 4);
+        self.oprs.prefetch(op);
         if block.wait.fetch_sub(1, Ordering::AcqRel) == 1 {
             // SAFETY: taking `wait` to zero made us the block's owner.
             if unsafe { block.meta() }.profile_session != 0 {

@@ -39,8 +39,8 @@
 //! value that becomes the head of its free list on every take, so those
 //! lines travel while the pusher is still busy with the current operation.
 //! It is a hint: which index a take hands out never depends on it (a test
-//! checks). Measured in PERF.md ("fourth round"): 4–21 % off the threaded
-//! engines at W = 0, most on `chains64`.
+//! checks). Measured in PERF.md ("fourth round"): pair ratios of 0.70–1.00
+//! on the threaded engines at W = 0, `chains64` gaining most.
 //!
 //! # Invariants
 //!
@@ -74,8 +74,9 @@ pub(crate) trait Pooled: Default {
     /// that owners also access atomically, or one they leave alone.
     fn free_link(&self) -> &AtomicU32;
 
-    /// Cache lines of the value to prefetch for writing when it becomes the
-    /// next free one a taker will get (0: none).
+    /// Cache lines of the value that [`Pool::prefetch`] brings in for
+    /// writing: on a take, for the next free one; elsewhere, wherever the
+    /// pool's user is about to touch a value another core wrote (0: none).
     const PREFETCH_LINES: usize = 0;
 }
 
@@ -308,14 +309,8 @@ impl<T: Pooled> Pool<T> {
     /// a hint, with no effect on what any thread reads.
     #[inline(always)]
     pub(crate) fn prefetch(&self, index: u32) {
-        self.prefetch_lines(index, T::PREFETCH_LINES);
-    }
-
-    /// As `prefetch`, for the first `lines` lines of the value only.
-    #[inline(always)]
-    pub(crate) fn prefetch_lines(&self, index: u32, lines: usize) {
         if self.prefetch && index != NIL {
-            crate::sync::prefetch_for_write(ptr::from_ref(self.get(index)).cast(), lines);
+            crate::sync::prefetch_for_write(ptr::from_ref(self.get(index)).cast(), T::PREFETCH_LINES);
         }
     }
 

@@ -28,7 +28,9 @@
 //!                              (.summary.txt) per row (keep --n small: each lane
 //!                              keeps its last 32,768 operations)
 //!   --stats                    print each engine's counters (depengine::EngineStats)
-//!                              under its row, summed over all repetitions
+//!                              under its row, summed over all repetitions, and
+//!                              each thread's share of a core over the timed
+//!                              repetitions (Linux; in 10 ms ticks)
 //! ```
 
 mod chart;
@@ -36,7 +38,7 @@ mod measure;
 mod workloads;
 
 use depengine::{Engine, EngineBuilder, EngineKind, Var};
-use measure::{allocations, machine, median, peak_rss_mb, reset_peak_rss, CountingAlloc};
+use measure::{allocations, cpu_shares, machine, median, peak_rss_mb, reset_peak_rss, thread_cpu, CountingAlloc};
 use std::fmt::Write as _;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -170,6 +172,7 @@ fn throughput(kind: EngineKind, wl: &Workload, w: u32, o: &Options) -> Row {
     let mut times = Vec::new();
     let mut allocs = Vec::new();
     reset_peak_rss();
+    let mut cpu_before = None;
     for rep in 0..=o.reps {
         let a0 = allocations();
         let t0 = Instant::now();
@@ -180,8 +183,12 @@ fn throughput(kind: EngineKind, wl: &Workload, w: u32, o: &Options) -> Row {
         if rep > 0 {
             times.push(dt / wl.ops.len() as f64);
             allocs.push(da / wl.ops.len() as f64);
+        } else if o.stats {
+            // Outside every window that counts allocations.
+            cpu_before = Some((thread_cpu(), Instant::now()));
         }
     }
+    let cpu = cpu_before.map(|(before, t)| cpu_shares(&before, &thread_cpu(), t.elapsed()));
     engine.set_bulk_size(0).expect("bulk size");
     let name = if o.bulk > 1 { format!("{}+bulk{}", kind.name(), o.bulk) } else { kind.name().to_owned() };
     Row {
@@ -193,7 +200,10 @@ fn throughput(kind: EngineKind, wl: &Workload, w: u32, o: &Options) -> Row {
         allocs_per_op: Some(median(&mut allocs)),
         rss_mb: peak_rss_mb(),
         pingpong: None,
-        stats: o.stats.then(|| engine.stats().to_string()),
+        stats: o.stats.then(|| {
+            let cpu = cpu.unwrap_or_default();
+            format!("{}\ncpu over the timed repetitions, share of one core: {cpu}", engine.stats())
+        }),
     }
 }
 

@@ -51,7 +51,8 @@ pub(crate) fn thread_cpu() -> Vec<ThreadCpu> {
 }
 
 /// Each thread's share of one core between two [`thread_cpu`] snapshots
-/// taken `wall` apart, for the threads alive at both: `"pusher 94 %,
+/// taken `wall` apart, for the threads alive at both (the same id and
+/// name: an id freed by a thread that ended may be reused): `"pusher 94 %,
 /// depengine-cpu-0 95 %, …"` (the process's main thread, which pushes,
 /// named `pusher`).
 pub(crate) fn cpu_shares(before: &[ThreadCpu], after: &[ThreadCpu], wall: std::time::Duration) -> String {
@@ -59,8 +60,10 @@ pub(crate) fn cpu_shares(before: &[ThreadCpu], after: &[ThreadCpu], wall: std::t
     let main = std::process::id();
     let mut shares = Vec::new();
     for a in after {
-        if let Some(b) = before.iter().find(|b| b.tid == a.tid) {
-            let share = (a.ticks - b.ticks) as f64 / TICKS_PER_SECOND / wall.as_secs_f64() * 100.0;
+        if let Some(b) = before.iter().find(|b| b.tid == a.tid && b.name == a.name) {
+            // A reused id with the same name would read as less time; count
+            // it as none rather than wrap.
+            let share = a.ticks.saturating_sub(b.ticks) as f64 / TICKS_PER_SECOND / wall.as_secs_f64() * 100.0;
             let name = if a.tid == main { "pusher" } else { &a.name };
             shares.push(format!("{name} {share:.0} %"));
         }

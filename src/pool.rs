@@ -306,10 +306,12 @@ impl<T: Pooled> Pool<T> {
 
     /// Starts bringing the value at `index` (nothing for `NIL`) into this
     /// core's cache for writing, if the pool is [`prefetching`](Self::prefetching):
-    /// a hint, with no effect on what any thread reads.
+    /// a hint, with no effect on what any thread reads. Under loom the
+    /// instruction is a no-op, so the look-up is skipped too: its atomic
+    /// loads would only add states to the models.
     #[inline(always)]
     pub(crate) fn prefetch(&self, index: u32) {
-        if self.prefetch && index != NIL {
+        if self.prefetch && index != NIL && !cfg!(depengine_loom) {
             crate::sync::prefetch_for_write(ptr::from_ref(self.get(index)).cast(), T::PREFETCH_LINES);
         }
     }

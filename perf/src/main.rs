@@ -32,13 +32,19 @@
 //!                              each thread's share of a core over the timed
 //!                              repetitions (Linux; in 10 ms ticks)
 //! ```
+//!
+//! Every run probes the machine's state with no engine (`probe.rs`): before
+//! and after the rows, and the cache-line round trip before and after each
+//! round of each row; the figures are printed and written with the tables.
 
 mod chart;
 mod measure;
+mod probe;
 mod workloads;
 
 use depengine::{Engine, EngineBuilder, EngineKind, Var};
 use measure::{allocations, cpu_shares, machine, median, peak_rss_mb, reset_peak_rss, thread_cpu, CountingAlloc};
+use probe::{probe, round_trip_ns, MachineState};
 use std::fmt::Write as _;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -301,9 +307,27 @@ struct Ratio {
     median: f64,
 }
 
-fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workload>) -> (Vec<Row>, Vec<Ratio>) {
+/// The cache-line round trip (`probe::round_trip_ns`) taken before and
+/// after each round of one row: which state of the machine the row met.
+struct RowState {
+    workload: String,
+    w: u32,
+    round_trips: Vec<[f64; 2]>,
+}
+
+/// Everything a run measured, row after row.
+#[derive(Default)]
+struct Measured {
+    rows: Vec<Row>,
+    ratios: Vec<Ratio>,
+    states: Vec<RowState>,
+}
+
+fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workload>, out: &mut Measured) {
     let mut rounds: Vec<Vec<Row>> = Vec::new();
+    let mut round_trips = Vec::new();
     for round in 0..o.pairs {
+        let rt_before = round_trip_ns();
         let mut this = Vec::new();
         for &kind in &o.engines {
             let pass = if o.pairs > 1 { format!(" (round {}/{})", round + 1, o.pairs) } else { String::new() };
@@ -319,12 +343,14 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
             }
         }
         rounds.push(this);
+        if let (Some(b), Some(a)) = (rt_before, round_trip_ns()) {
+            round_trips.push([b, a]);
+        }
     }
     let names: Vec<String> = rounds[0].iter().map(|r| r.engine.clone()).collect();
     let ns_of = |name: &str| -> Vec<f64> {
         rounds.iter().filter_map(|rs| rs.iter().find(|r| r.engine == name)).map(|r| r.ns_per_op).collect()
     };
-    let mut out = Vec::new();
     for name in &names {
         let mut ns = ns_of(name);
         let mut row = rounds[0].iter().find(|r| &r.engine == name).cloned().expect("row");
@@ -340,10 +366,14 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
             }
         }
         print_row(&row);
-        out.push(row);
+        out.rows.push(row);
     }
+    if !round_trips.is_empty() {
+        let each: Vec<String> = round_trips.iter().map(|[b, a]| format!("{b:.0}→{a:.0}")).collect();
+        println!("    cache-line round trip before→after each round: {} ns", each.join(", "));
+    }
+    out.states.push(RowState { workload: wl_name.into(), w, round_trips });
     // Each peer against each of our engines, round by round.
-    let mut found = Vec::new();
     for (peer_name, _) in &o.peers {
         let peer_ns = ns_of(peer_name);
         for kind in &o.engines {
@@ -355,10 +385,15 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
             let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
             let m = median(&mut ratios);
             println!("    {peer_name} ÷ {}: {m:.2}× (pairs: {})", kind.name(), each.join(" "));
-            found.push(Ratio { peer: peer_name.clone(), engine: kind.name(), workload: wl_name.into(), w, median: m });
+            out.ratios.push(Ratio {
+                peer: peer_name.clone(),
+                engine: kind.name(),
+                workload: wl_name.into(),
+                w,
+                median: m,
+            });
         }
     }
-    (out, found)
 }
 
 /// On a terminal, says on standard error which row is being measured (the
@@ -407,16 +442,19 @@ fn print_row(r: &Row) {
 /// The results as markdown tables: ns/op per workload (rows) and engine
 /// or peer (columns) for each W, pingpong percentiles, and each peer's
 /// median ratio to each engine (above 1: the engine is faster).
-fn markdown(rows: &[Row], ratios: &[Ratio], o: &Options) -> String {
+fn markdown(m: &Measured, o: &Options, states: [&MachineState; 2]) -> String {
+    let (rows, ratios) = (&m.rows, &m.ratios);
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "Machine: {}; {} CPU workers; median of {} after 1 warm-up; {} round(s) per row, engines and peers in turn.\n\nCommand: `{}`\n",
+        "Machine: {}; {} CPU workers; median of {} after 1 warm-up; {} round(s) per row, engines and peers in turn.\n\nCommand: `{}`\n\nMachine state (`perf/src/probe.rs`), before the rows: {}.\nAfter them: {}.\n",
         machine(),
         o.threads,
         o.reps,
         o.pairs,
-        std::env::args().collect::<Vec<_>>().join(" ")
+        std::env::args().collect::<Vec<_>>().join(" "),
+        states[0],
+        states[1]
     );
     let mut names: Vec<&str> = Vec::new();
     for r in rows {
@@ -480,6 +518,17 @@ fn markdown(rows: &[Row], ratios: &[Ratio], o: &Options) -> String {
         }
         s.push('\n');
     }
+    if m.states.iter().any(|st| !st.round_trips.is_empty()) {
+        let _ = writeln!(
+            s,
+            "### Machine state: the cache-line round trip between two CPUs before→after each round of a row, ns\n\n| workload | W | round trips |\n|---|---|---|"
+        );
+        for st in &m.states {
+            let each: Vec<String> = st.round_trips.iter().map(|[b, a]| format!("{b:.0}→{a:.0}")).collect();
+            let _ = writeln!(s, "| {} | {} | {} |", st.workload, st.w, each.join(", "));
+        }
+        s.push('\n');
+    }
     if !ratios.is_empty() {
         let _ = writeln!(s, "### Peer ÷ depengine (median of the per-round ratios; above 1: depengine is faster)\n");
         let _ = writeln!(s, "| peer ÷ engine | workload | W | ratio |\n|---|---|---|---|");
@@ -501,14 +550,25 @@ fn engines_of<'a>(rows: &[&'a Row]) -> Vec<&'a str> {
     names
 }
 
-fn json(rows: &[Row], o: &Options) -> String {
+fn json(m: &Measured, o: &Options, states: [&MachineState; 2]) -> String {
+    let rows = &m.rows;
     let mut s = String::from("{\n");
+    let state = |m: &MachineState| {
+        format!(
+            "{{\"round_trip_ns\": {}, \"body_ns\": {:.1}, \"two_threads_body_ns\": {:.1}}}",
+            m.round_trip_ns.map_or("null".to_owned(), |v| format!("{v:.1}")),
+            m.body_ns,
+            m.two_threads_ns
+        )
+    };
     let _ = writeln!(
         s,
-        "  \"machine\": {:?},\n  \"threads\": {},\n  \"reps\": {},\n  \"rows\": [",
+        "  \"machine\": {:?},\n  \"threads\": {},\n  \"reps\": {},\n  \"machine_state_before\": {},\n  \"machine_state_after\": {},\n  \"rows\": [",
         machine(),
         o.threads,
-        o.reps
+        o.reps,
+        state(states[0]),
+        state(states[1])
     );
     for (i, r) in rows.iter().enumerate() {
         let num = |v: Option<f64>| v.filter(|v| v.is_finite()).map_or("null".to_owned(), |v| format!("{v:.3}"));
@@ -529,7 +589,19 @@ fn json(rows: &[Row], o: &Options) -> String {
         s.push('}');
         s.push_str(if i + 1 < rows.len() { ",\n" } else { "\n" });
     }
-    s.push_str("  ]\n}\n");
+    s.push_str("  ],\n  \"row_states\": [");
+    for (i, st) in m.states.iter().enumerate() {
+        let each: Vec<String> = st.round_trips.iter().map(|[b, a]| format!("[{b:.1}, {a:.1}]")).collect();
+        let _ = write!(
+            s,
+            "{}\n    {{\"workload\": {:?}, \"w\": {}, \"round_trip_ns_before_after\": [{}]}}",
+            if i == 0 { "" } else { "," },
+            st.workload,
+            st.w,
+            each.join(", ")
+        );
+    }
+    s.push_str("\n  ]\n}\n");
     s
 }
 
@@ -542,39 +614,40 @@ fn main() {
         o.reps
     );
     println!("per_device topology: {}", depengine::Topology::detect());
+    let before = probe();
+    println!("machine state before the rows: {before}");
     println!(
         "{:<12} {:<9} {:>6} {:>9} {:>10} {:>10} {:>10} {:>10} {:>8}",
         "engine", "workload", "W", "N", "ns/op|p50", "Mops/s|p99", "p99.9", "allocs/op", "RSS MB"
     );
-    let mut rows = Vec::new();
-    let mut ratios = Vec::new();
+    let mut m = Measured::default();
     for wl_name in &o.workloads {
         if wl_name == "pingpong" {
             let n = if o.quick { 2_000 } else { 100_000 };
-            let (r, q) = measure_row(&o, wl_name, 0, n, None);
-            rows.extend(r);
-            ratios.extend(q);
+            measure_row(&o, wl_name, 0, n, None, &mut m);
             continue;
         }
         for &w in &o.weights {
             let default_n = if w == 0 { 1_000_000 } else { 100_000 };
             let n = o.n.unwrap_or(if o.quick { default_n / 100 } else { default_n });
             let wl = Workload::build(wl_name, n).expect("workload");
-            let (r, q) = measure_row(&o, wl_name, w, n, Some(&wl));
-            rows.extend(r);
-            ratios.extend(q);
+            measure_row(&o, wl_name, w, n, Some(&wl), &mut m);
         }
     }
+    let after = probe();
+    println!("machine state after the rows: {after}");
     if let Some(path) = &o.markdown {
-        std::fs::write(path, markdown(&rows, &ratios, &o)).unwrap_or_else(|e| eprintln!("cannot write {path}: {e}"));
+        std::fs::write(path, markdown(&m, &o, [&before, &after]))
+            .unwrap_or_else(|e| eprintln!("cannot write {path}: {e}"));
         println!("tables written to {path}");
     }
     if let Some(path) = &o.json {
-        std::fs::write(path, json(&rows, &o)).unwrap_or_else(|e| eprintln!("cannot write {path}: {e}"));
+        std::fs::write(path, json(&m, &o, [&before, &after])).unwrap_or_else(|e| eprintln!("cannot write {path}: {e}"));
         println!("results written to {path}");
     }
     if let Some(path) = &o.svg {
-        let bars: Vec<chart::Bar> = rows
+        let bars: Vec<chart::Bar> = m
+            .rows
             .iter()
             .map(|r| chart::Bar {
                 engine: &r.engine,

@@ -65,6 +65,11 @@ pub(crate) fn probe() -> MachineState {
 /// Rounds per try of the round trip, and tries (the median is kept).
 const ROUND_TRIPS: u64 = 20_000;
 const TRIES: usize = 5;
+/// Spins on the shared word before a waiting side yields its CPU: far
+/// more than a round trip takes, so a probe on an idle machine never
+/// yields, and one that shares a CPU with another busy thread (the test
+/// suite) still finishes.
+const SPINS_BEFORE_YIELD: u32 = 100_000;
 /// Bodies per try of the body figures.
 const BODIES: u64 = 10_000;
 const WEIGHT: u32 = 1000;
@@ -83,9 +88,7 @@ pub(crate) fn round_trip_ns() -> Option<f64> {
             s.spawn(|| {
                 core_affinity::set_for_current(b);
                 for i in 0..ROUND_TRIPS {
-                    while word.load(Ordering::Acquire) != 2 * i + 1 {
-                        std::hint::spin_loop();
-                    }
+                    wait_for(&word, 2 * i + 1);
                     word.store(2 * i + 2, Ordering::Release);
                 }
             });
@@ -94,9 +97,7 @@ pub(crate) fn round_trip_ns() -> Option<f64> {
                 let start = Instant::now();
                 for i in 0..ROUND_TRIPS {
                     word.store(2 * i + 1, Ordering::Release);
-                    while word.load(Ordering::Acquire) != 2 * i + 2 {
-                        std::hint::spin_loop();
-                    }
+                    wait_for(&word, 2 * i + 2);
                 }
                 start.elapsed()
             });
@@ -105,6 +106,20 @@ pub(crate) fn round_trip_ns() -> Option<f64> {
         tries.push(elapsed.as_nanos() as f64 / ROUND_TRIPS as f64);
     }
     Some(median(&mut tries))
+}
+
+/// Spins until `word` holds `value`, yielding now and then.
+fn wait_for(word: &AtomicU64, value: u64) {
+    let mut spins = 0u32;
+    while word.load(Ordering::Acquire) != value {
+        spins += 1;
+        if spins == SPINS_BEFORE_YIELD {
+            spins = 0;
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
 }
 
 /// ns per W=1000 body on the calling thread.

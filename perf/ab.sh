@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Alternating A/B of two depengine-perf binaries: runs A, B, A, B, … ROUNDS
 # times with the same arguments, then prints per row (engine, workload, W)
-# the median ns/op of each, B ÷ A of the medians and of the minima, the
+# the median ns/op of each (pingpong: its p50, shown as W=p50), B ÷ A of
+# the medians and of the minima, the
 # median of the rounds' own B ÷ A ("pairs", with how many rounds B won),
 # and every round's figure. On a shared machine whose speed drifts by 10–50 %
 # within minutes, only figures taken in turn like this compare two builds.
@@ -27,8 +28,11 @@ for _ in $(seq "$rounds"); do
     for side in A B; do
         bin=$a
         [[ $side == B ]] && bin=$b
-        # Throughput rows: engine workload W N ns/op …
-        "$bin" "$@" 2>/dev/null | awk -v s="$side" '$3 ~ /^[0-9]+$/ && $4 ~ /^[0-9]+$/ {print s, $1, $2, $3, $5}' >> "$raw"
+        # Throughput rows (engine workload W N ns/op …) and pingpong rows
+        # (engine pingpong - N p50 …), whose p50 is compared.
+        "$bin" "$@" 2>/dev/null | awk -v s="$side" '
+            $3 ~ /^[0-9]+$/ && $4 ~ /^[0-9]+$/ { print s, $1, $2, $3, $5 }
+            $2 == "pingpong" && $3 == "-" && $4 ~ /^[0-9]+$/ { print s, $1, $2, "p50", $5 }' >> "$raw"
     done
 done
 python3 - "$raw" <<'PY'

@@ -516,6 +516,7 @@ impl Core {
         let watched = self.diag_wait_begin(None, false);
         self.pending.wait_zero(&self.dispatcher, self.helper());
         self.diag_wait_end(watched);
+        crate::executor::park::note_waited();
     }
 
     /// Blocks until every operation pushed so far that `var`'s wait must
@@ -530,6 +531,7 @@ impl Core {
     pub(crate) fn wait_var(&self, var: Var, write: bool) -> Result<(), EngineError> {
         // Keep this thread's order: its bulked pushes go first.
         crate::bulk::flush_for(self)?;
+        crate::executor::park::note_waited();
         let mut at_once = self.wait_var_at_once(var, write);
         if at_once.is_none() && self.help_once() {
             at_once = self.wait_var_at_once(var, write);

@@ -124,6 +124,26 @@ fn work_pushed_behind_a_blocked_worker_still_drains() {
     assert!(drained, "ran {} of 500 while one worker was blocked", ran.load(Ordering::SeqCst));
 }
 
+/// A thread that has just waited skips the check that a spinning worker
+/// really runs (`park.rs`, `note_waited`) on its next push; when it then
+/// does not wait again, a worker must still run what it pushed. Each round
+/// waits, pushes, and watches for the body without calling the engine
+/// (which would help run it): a push left unpublished fails the round.
+#[test]
+fn a_push_right_after_a_wait_runs_without_another_wait() {
+    let engine = per_device(2);
+    let v = engine.new_var();
+    let last = Arc::new(AtomicUsize::new(0));
+    for round in 1..=2_000 {
+        engine.wait_var(v).unwrap();
+        let l = last.clone();
+        engine.push_sync(move |_| l.store(round, Ordering::SeqCst), &[], &[v]).unwrap();
+        let ran = eventually(Duration::from_secs(20), || last.load(Ordering::SeqCst) == round);
+        assert!(ran, "round {round}: the push after a wait did not run");
+    }
+    engine.wait_all().unwrap();
+}
+
 #[test]
 fn prioritized_operations_start_first_in_priority_order() {
     let engine = per_device(1);

@@ -2,6 +2,7 @@
 
 use crate::sync::{fence, futex_wait, futex_wake_all, futex_wake_one, loom_sc_fence, spin_hint, AtomicU32, Ordering};
 use crossbeam_utils::CachePadded;
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 /// Polls between two looks at the clock while spinning.
@@ -24,6 +25,20 @@ pub(crate) fn spin_for(spin: Duration, found: impl Fn() -> bool) -> bool {
         }
         std::thread::yield_now();
     }
+}
+
+crate::sync::thread_local! {
+    /// Set when this thread waits on an engine; cleared by the first
+    /// publish after that which finds a pinned worker spinning (see
+    /// `Sleep::notify_one`).
+    static WAITED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The calling thread waits on an engine (`wait_var`, `wait_to_write`,
+/// `wait_all`): its next publish may rely on a spinning pinned worker
+/// without checking that the spinner runs (`notify_one`).
+pub(crate) fn note_waited() {
+    WAITED.with(|w| w.set(true));
 }
 
 /// Workers of a pool of `workers` that may spin at once: half of them, but
@@ -130,6 +145,15 @@ impl Sleep {
         fence(Ordering::SeqCst);
         if self.spinning.load(Ordering::Relaxed) != 0 {
             if !self.pinned_workers {
+                return false;
+            }
+            // A thread that has just waited on the engine is likely to wait
+            // again right after this publish (a push-then-wait round trip),
+            // and a waiting thread runs ready work itself: it skips the
+            // check below, whose store and the spinner's clear are two
+            // line transfers on that round trip. A thread that publishes
+            // again without waiting checks as usual.
+            if WAITED.with(|w| w.replace(false)) {
                 return false;
             }
             // Only ever adds wake-ups to the protocol below, so it cannot

@@ -315,6 +315,14 @@ struct RowState {
     round_trips: Vec<[f64; 2]>,
 }
 
+impl RowState {
+    /// `"78→480, 82→79"`: each round's round trips, in ns.
+    fn round_trips_text(&self) -> String {
+        let each: Vec<String> = self.round_trips.iter().map(|[b, a]| format!("{b:.0}→{a:.0}")).collect();
+        each.join(", ")
+    }
+}
+
 /// Everything a run measured, row after row.
 #[derive(Default)]
 struct Measured {
@@ -368,11 +376,11 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
         print_row(&row);
         out.rows.push(row);
     }
-    if !round_trips.is_empty() {
-        let each: Vec<String> = round_trips.iter().map(|[b, a]| format!("{b:.0}→{a:.0}")).collect();
-        println!("    cache-line round trip before→after each round: {} ns", each.join(", "));
+    let state = RowState { workload: wl_name.into(), w, round_trips };
+    if !state.round_trips.is_empty() {
+        println!("    cache-line round trip before→after each round: {} ns", state.round_trips_text());
     }
-    out.states.push(RowState { workload: wl_name.into(), w, round_trips });
+    out.states.push(state);
     // Each peer against each of our engines, round by round.
     for (peer_name, _) in &o.peers {
         let peer_ns = ns_of(peer_name);
@@ -524,8 +532,7 @@ fn markdown(m: &Measured, o: &Options, states: [&MachineState; 2]) -> String {
             "### Machine state: the cache-line round trip between two CPUs before→after each round of a row, ns\n\n| workload | W | round trips |\n|---|---|---|"
         );
         for st in &m.states {
-            let each: Vec<String> = st.round_trips.iter().map(|[b, a]| format!("{b:.0}→{a:.0}")).collect();
-            let _ = writeln!(s, "| {} | {} | {} |", st.workload, st.w, each.join(", "));
+            let _ = writeln!(s, "| {} | {} | {} |", st.workload, st.w, st.round_trips_text());
         }
         s.push('\n');
     }

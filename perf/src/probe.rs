@@ -8,7 +8,7 @@
 //!   forth through one atomic word. Every threaded engine pays a fraction
 //!   of this for each line that crosses cores, so its W=0 rows follow it.
 //!   On the shared 2-vCPU machines of this project it has been seen to
-//!   move between ~130 and ~550 ns from one minute to the next, with the
+//!   switch between ~32, 75–130 and 450–550 ns within seconds, with the
 //!   host's placement of the virtual CPUs.
 //! - **The bare two-thread floor at W=1000**: the workload's own body
 //!   (`workloads::work`) run on one thread, then split over two threads
@@ -80,8 +80,7 @@ const WEIGHT: u32 = 1000;
 pub(crate) fn round_trip_ns() -> Option<f64> {
     let cores = core_affinity::get_core_ids().filter(|c| c.len() >= 2)?;
     let (a, b) = (cores[0], cores[1]);
-    let mut tries = Vec::with_capacity(TRIES);
-    for _ in 0..TRIES {
+    Some(median_of_tries(|| {
         // Odd values are the pinger's, even ones the ponger's answer.
         let word = AtomicU64::new(0);
         let elapsed = std::thread::scope(|s| {
@@ -103,9 +102,14 @@ pub(crate) fn round_trip_ns() -> Option<f64> {
             });
             pinger.join().expect("pinger")
         });
-        tries.push(elapsed.as_nanos() as f64 / ROUND_TRIPS as f64);
-    }
-    Some(median(&mut tries))
+        elapsed.as_nanos() as f64 / ROUND_TRIPS as f64
+    }))
+}
+
+/// The median of [`TRIES`] calls of `measure`.
+fn median_of_tries(measure: impl FnMut() -> f64) -> f64 {
+    let mut tries: Vec<f64> = std::iter::repeat_with(measure).take(TRIES).collect();
+    median(&mut tries)
 }
 
 /// Spins until `word` holds `value`, yielding now and then.
@@ -124,30 +128,24 @@ fn wait_for(word: &AtomicU64, value: u64) {
 
 /// ns per W=1000 body on the calling thread.
 fn one_thread_body_ns() -> f64 {
-    let mut tries: Vec<f64> = (0..TRIES)
-        .map(|_| {
-            let start = Instant::now();
-            (0..BODIES).for_each(|i| work(i, WEIGHT));
-            start.elapsed().as_nanos() as f64 / BODIES as f64
-        })
-        .collect();
-    median(&mut tries)
+    median_of_tries(|| {
+        let start = Instant::now();
+        (0..BODIES).for_each(|i| work(i, WEIGHT));
+        start.elapsed().as_nanos() as f64 / BODIES as f64
+    })
 }
 
 /// ns per W=1000 body with [`BODIES`] split over two unpinned threads,
 /// measured from before the first is started to after both have ended.
 fn two_thread_body_ns() -> f64 {
-    let mut tries: Vec<f64> = (0..TRIES)
-        .map(|_| {
-            let start = Instant::now();
-            std::thread::scope(|s| {
-                s.spawn(|| (0..BODIES / 2).for_each(|i| work(i, WEIGHT)));
-                (BODIES / 2..BODIES).for_each(|i| work(i, WEIGHT));
-            });
-            start.elapsed().as_nanos() as f64 / BODIES as f64
-        })
-        .collect();
-    median(&mut tries)
+    median_of_tries(|| {
+        let start = Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(|| (0..BODIES / 2).for_each(|i| work(i, WEIGHT)));
+            (BODIES / 2..BODIES).for_each(|i| work(i, WEIGHT));
+        });
+        start.elapsed().as_nanos() as f64 / BODIES as f64
+    })
 }
 
 #[cfg(test)]

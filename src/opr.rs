@@ -221,7 +221,8 @@ pub(crate) struct OprBlock {
     /// Variables not yet granted, plus one held by the dispatcher until it
     /// has appended to every queue. Whoever takes it to zero runs the block.
     pub(crate) wait: AtomicU32,
-    /// Asynchronous blocks: runner + completion references.
+    /// Asynchronous blocks: runner + completion references. While the
+    /// block is free: the pool's look-ahead hint (`Pooled::ahead_hint`).
     pub(crate) refs: AtomicU32,
     /// Asynchronous blocks: the body/completion hand-shake (`run.rs`).
     pub(crate) run_state: AtomicU8,
@@ -253,6 +254,12 @@ impl Pooled for OprBlock {
     }
 
     const PREFETCH_LINES: usize = 4;
+
+    /// `refs`, in the first line: used only while an asynchronous body
+    /// runs.
+    fn ahead_hint(&self) -> Option<&AtomicU32> {
+        Some(&self.refs)
+    }
 }
 
 // SAFETY: the `UnsafeCell` fields are accessed by one owner at a time, each

@@ -42,6 +42,18 @@
 //! checks). Measured in PERF.md ("fourth round"): pair ratios of 0.70–1.00
 //! on the threaded engines at W = 0, `chains64` gaining most.
 //!
+//! One place ahead is not far: the next index is known only once the
+//! current value's line has arrived, and a pusher takes the next block
+//! about one operation later, less than a line's trip between cores on
+//! the hosts measured. So a [`GiveBatch`] also writes into each value it
+//! adds, in a word of the link's line that is free while the value is
+//! ([`Pooled::ahead_hint`]), the index [`HINT_AHEAD`] places further down
+//! the chain it builds (the one it added that many adds before), and a
+//! take prefetches that one too: a chain given back by a worker is then
+//! fetched two operations ahead (PERF.md, "Changes of 2026-11-24": `chain`
+//! 0.82 on per_device, `nodeps` 0.36 on pooled). A value given back alone
+//! has no hint (`NIL`).
+//!
 //! # Invariants
 //!
 //! - An index is owned by exactly one party between [`Pool::take`] and
@@ -78,7 +90,22 @@ pub(crate) trait Pooled: Default {
     /// writing: on a take, for the next free one; elsewhere, wherever the
     /// pool's user is about to touch a value another core wrote (0: none).
     const PREFETCH_LINES: usize = 0;
+
+    /// A word free while the value is free, in the line that holds
+    /// [`free_link`](Self::free_link), where a [`GiveBatch`] records the
+    /// index [`HINT_AHEAD`] places further down the chain it builds, so
+    /// that a [`take`](Pool::take) can prefetch that far ahead (the free
+    /// chain itself only tells the next one). `None`: no hint.
+    fn ahead_hint(&self) -> Option<&AtomicU32> {
+        None
+    }
 }
+
+/// How many places down a given-back chain a value's
+/// [`ahead_hint`](Pooled::ahead_hint) points. Two measured best of 2, 4
+/// and 8 (PERF.md, "Changes of 2026-11-24"): further ahead, more lines
+/// travel that a run of grants still wants.
+const HINT_AHEAD: usize = 2;
 
 /// A pooled value for the pool's own tests and benchmarks: a tag the
 /// owner writes, and the free link.
@@ -88,6 +115,7 @@ pub(crate) struct Tagged {
     #[cfg_attr(not(test), allow(dead_code))] // the benchmarks only take and give
     pub(crate) tag: AtomicU32,
     link: AtomicU32,
+    hint: AtomicU32,
 }
 
 #[cfg(any(test, feature = "bench-internals"))]
@@ -97,6 +125,10 @@ impl Pooled for Tagged {
     }
 
     const PREFETCH_LINES: usize = 1;
+
+    fn ahead_hint(&self) -> Option<&AtomicU32> {
+        Some(&self.hint)
+    }
 }
 
 struct Slot<T> {
@@ -209,8 +241,10 @@ impl<T: Pooled> Pool<T> {
             let new = ((head >> 32).wrapping_add(1) << 32) | next as u64;
             match self.free.compare_exchange_weak(head, new, Ordering::Acquire, Ordering::Acquire) {
                 Ok(_) => {
-                    self.slot(index).set_owned(index, true);
+                    let slot = self.slot(index);
+                    slot.set_owned(index, true);
                     self.prefetch(next);
+                    self.prefetch_hinted(&slot.value);
                     return index;
                 }
                 Err(actual) => head = actual,
@@ -285,7 +319,11 @@ impl<T: Pooled> Pool<T> {
 
     /// Gives `index` back; the caller must own it and not use it afterwards.
     pub(crate) fn give(&self, index: u32) {
-        self.slot(index).set_owned(index, false);
+        let slot = self.slot(index);
+        slot.set_owned(index, false);
+        if let Some(hint) = slot.value.ahead_hint() {
+            hint.store(NIL, Ordering::Relaxed);
+        }
         self.give_chain(index, index);
     }
 
@@ -313,6 +351,19 @@ impl<T: Pooled> Pool<T> {
     pub(crate) fn prefetch(&self, index: u32) {
         if self.prefetch && index != NIL && !cfg!(depengine_loom) {
             crate::sync::prefetch_for_write(ptr::from_ref(self.get(index)).cast(), T::PREFETCH_LINES);
+        }
+    }
+
+    /// Prefetches the value that `value`'s [`ahead_hint`](Pooled::ahead_hint)
+    /// names, if the pool is prefetching; `value` must be the caller's own
+    /// (just taken: its hint was written before the give that the take
+    /// acquired).
+    #[inline(always)]
+    fn prefetch_hinted(&self, value: &T) {
+        if self.prefetch && !cfg!(depengine_loom) {
+            if let Some(hint) = value.ahead_hint() {
+                self.prefetch(hint.load(Ordering::Relaxed));
+            }
         }
     }
 
@@ -369,6 +420,9 @@ pub(crate) struct GiveBatch {
     first: u32,
     last: u32,
     len: u32,
+    /// The last [`HINT_AHEAD`] indices added (by `len`, modulo): the
+    /// chain's next ones down, for [`Pooled::ahead_hint`].
+    recent: [u32; HINT_AHEAD],
 }
 
 impl Default for GiveBatch {
@@ -379,13 +433,20 @@ impl Default for GiveBatch {
 
 impl GiveBatch {
     /// A batch with nothing in it.
-    pub(crate) const EMPTY: GiveBatch = GiveBatch { first: NIL, last: NIL, len: 0 };
+    pub(crate) const EMPTY: GiveBatch = GiveBatch { first: NIL, last: NIL, len: 0, recent: [NIL; HINT_AHEAD] };
 
     /// Adds an owned index; returns the batch length.
     #[inline]
     pub(crate) fn add<T: Pooled>(&mut self, pool: &Pool<T>, index: u32) -> u32 {
-        pool.slot(index).set_owned(index, false);
-        pool.slot(index).next_free().store(self.first, Ordering::Relaxed);
+        let slot = pool.slot(index);
+        slot.set_owned(index, false);
+        slot.next_free().store(self.first, Ordering::Relaxed);
+        if let Some(hint) = slot.value.ahead_hint() {
+            // Added HINT_AHEAD adds ago: that many places down the chain.
+            let at = self.len as usize % HINT_AHEAD;
+            hint.store(self.recent[at], Ordering::Relaxed);
+            self.recent[at] = index;
+        }
         if self.first == NIL {
             self.last = index;
         }
@@ -422,6 +483,9 @@ impl GiveBatch {
         pool.slot(other.last).next_free().store(self.first, Ordering::Relaxed);
         self.first = other.first;
         self.len += other.len;
+        // The chain now starts with `other`'s indices, whose recent ones
+        // `self` did not record: the next adds get no hint.
+        self.recent = [NIL; HINT_AHEAD];
     }
 }
 
@@ -638,10 +702,18 @@ mod tests {
                     seen.push(i);
                     held.push(i);
                 }
-                // Give back every third held index, newest first.
+                // Give back every third held index, newest first: alone,
+                // or (every third round) in a batch, which writes hints.
+                let mut batch = GiveBatch::default();
                 for k in (0..held.len()).rev().filter(|k| k % 3 == 0) {
-                    pool.give(held.swap_remove(k));
+                    let i = held.swap_remove(k);
+                    if round % 3 == 0 {
+                        batch.add(pool, i);
+                    } else {
+                        pool.give(i);
+                    }
                 }
+                batch.flush(pool);
             }
             cache.give_back(pool);
             for i in held {
@@ -671,6 +743,33 @@ mod tests {
             "a variable's push side and completion side on a line each"
         );
         assert_eq!(std::mem::size_of::<Slot<VarBlock>>(), 16);
+    }
+
+    #[test]
+    fn a_batch_hints_each_index_two_places_down_its_chain() {
+        let pool: Pool<Tagged> = Pool::new();
+        let taken: Vec<u32> = (0..6).map(|_| pool.take()).collect();
+        let mut batch = GiveBatch::default();
+        for &i in &taken {
+            batch.add(&pool, i);
+        }
+        // The chain runs from the last added to the first.
+        let mut chain = vec![];
+        let mut at = batch.first;
+        while at != NIL {
+            chain.push(at);
+            at = pool.get(at).link.load(Ordering::Relaxed);
+        }
+        assert_eq!(chain, taken.iter().rev().copied().collect::<Vec<_>>());
+        for (place, &i) in chain.iter().enumerate() {
+            let want = chain.get(place + HINT_AHEAD).copied().unwrap_or(NIL);
+            assert_eq!(pool.get(i).hint.load(Ordering::Relaxed), want, "hint of the index at place {place}");
+        }
+        batch.flush(&pool);
+        // A lone give leaves no stale hint behind.
+        let lone = pool.take();
+        pool.give(lone);
+        assert_eq!(pool.get(lone).hint.load(Ordering::Relaxed), NIL);
     }
 
     #[test]

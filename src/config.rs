@@ -294,7 +294,13 @@ impl EngineBuilder {
     /// completions come later, or work queued behind a long operation) is
     /// slowed, never deadlocked.
     ///
-    /// Like a thread blocked in a wait, a pusher above the cap may run *any*
+    /// On the `pooled` and `per_device` engines, a push of a `Normal` CPU
+    /// operation with no variables that takes the engine to the cap runs
+    /// that operation on the pushing thread, inside the push, as libgomp
+    /// runs an undeferred task: its block is still in the pusher's cache,
+    /// where a worker would have to fetch it (`nodeps` at W=0 about twice as
+    /// fast; PERF.md, "Changes of 2026-11-24, second round"). Like a thread
+    /// blocked in a wait, a pusher above the cap may also run *any* other
     /// ready operation itself. A body must therefore not wait for something
     /// the pushing thread will only do after its pushes (set a flag, signal
     /// a channel): if the pusher picks that body up, it waits on itself.

@@ -265,7 +265,7 @@ impl Core {
                 self.stamp_push(block);
             }
         }
-        self.submit(op)
+        self.submit(op, reads.is_empty() && writes.is_empty())
     }
 
     /// `ShutDown` once the engine has begun shutting down: every call that
@@ -279,15 +279,25 @@ impl Core {
     }
 
     /// Hands the operation to the dispatcher (which counts it as pending
-    /// when it stamps its ticket).
-    fn submit(&self, op: u32) -> Result<(), EngineError> {
+    /// when it stamps its ticket). `var_less`: the operation has no
+    /// variables (see `run_ready_here`).
+    fn submit(&self, op: u32, var_less: bool) -> Result<(), EngineError> {
         if let Err(e) = self.check_open() {
             self.discard(op);
             return Err(e);
         }
         let mut ready = ReadyList { head: NIL, tail: NIL };
         self.dispatcher.submit(&self.oprs, op, |op, ticket| self.dispatch(op, ticket, &mut ready));
-        self.schedule_list(ready);
+        if var_less
+            && self.max_pending != 0
+            && ready.head != NIL
+            && self.pending() >= self.max_pending
+            && !self.in_own_body()
+        {
+            self.run_ready_here(ready);
+        } else {
+            self.schedule_list(ready);
+        }
         if self.max_pending != 0 {
             let pending = self.pending();
             self.stats.note_pending(pending);
@@ -296,6 +306,49 @@ impl Core {
             }
         }
         Ok(())
+    }
+
+    /// Whether the calling thread is running a body of this engine.
+    fn in_own_body(&self) -> bool {
+        std::ptr::eq(CURRENT_OP.with(|c| c.get()).0, self)
+    }
+
+    /// A push of an operation with no variables that takes the engine to
+    /// the pending cap runs what it made ready here, inside the push, as
+    /// libgomp runs an undeferred task: each block is still in this core's
+    /// cache, where a worker would have to fetch it, and a throttled pusher
+    /// would only help with an older, colder operation. `Normal` CPU
+    /// operations only, where the executor allows it; the rest is scheduled
+    /// as usual. Only for operations with no variables: for the others the
+    /// pending count read before the hand-over to the workers delays it by
+    /// a line's trip between cores, and in alternating runs that cost more
+    /// than the inline runs saved (PERF.md, "Changes of 2026-11-24,
+    /// second round"). Never inside a body (its own operation is pending,
+    /// so it must not hold on to the cap).
+    #[cold]
+    #[inline(never)]
+    fn run_ready_here(&self, ready: ReadyList) {
+        let mut op = ready.head;
+        while op != NIL {
+            let block = self.oprs.get(op);
+            let next = block.link.load(Ordering::Relaxed);
+            // SAFETY: a ready block is owned by whoever schedules it (phase 3).
+            let meta = unsafe { block.meta() };
+            let here = matches!(meta.kind, OprKind::User)
+                && meta.rejected.is_none()
+                && matches!(meta.opts.prop, FnProperty::Normal)
+                && !meta.opts.ctx.is_gpu()
+                && self.executor.runs_inline_over_cap();
+            if !here {
+                self.schedule_ready(op, true);
+            } else {
+                if meta.profile_session != 0 || self.diagnosis.is_some() {
+                    self.observe_ready(block, meta);
+                }
+                crate::executor::inline::run_inline(self, op);
+            }
+            op = next;
+        }
     }
 
     /// Bounded memory: a pusher above the cap helps run ready work until it

@@ -2,9 +2,13 @@
 //! near the pending-operation cap, and the cap never deadlocks a program that
 //! keeps completions outstanding on purpose.
 
+mod common;
+
 use depengine::{Completion, Engine, EngineKind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
+use std::time::Duration;
 
 const CAP: u64 = 1_000;
 
@@ -52,5 +56,37 @@ fn held_completions_do_not_deadlock_the_cap() {
         done.store(true, Ordering::Release);
         signaller.join().unwrap();
         assert_eq!(engine.pending(), 0, "{kind:?}");
+    }
+}
+
+/// At the cap, an operation with no variables runs on its pushing thread,
+/// inside the push (libgomp's undeferred task), rather than an older ready
+/// one (which is what a throttled pusher helps with); with no cap both
+/// wait for the (busy) worker.
+#[test]
+fn above_the_cap_a_push_runs_what_it_made_ready() {
+    for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
+        for (cap, in_push) in [(3, true), (0, false)] {
+            let engine = Engine::builder().kind(kind).cpu_workers(1).max_pending(cap).build().unwrap();
+            // Two pending operations, below a cap of 3: the blocker on the
+            // worker, the older one ready behind it.
+            let gate = common::occupy_a_worker(&engine, &[]);
+            let ran_on: Arc<Mutex<Vec<(&str, ThreadId)>>> = Arc::default();
+            for name in ["older", "pushed above the cap"] {
+                let r = ran_on.clone();
+                engine
+                    .push_sync(move |_| r.lock().unwrap().push((name, std::thread::current().id())), &[], &[])
+                    .unwrap();
+            }
+            let in_pushes = ran_on.lock().unwrap().clone();
+            // Open before asserting: a failing test must not hang in the
+            // engine's drop behind its blocker.
+            gate.store(true, Ordering::Release);
+            let pusher = std::thread::current().id();
+            let expected: &[(&str, ThreadId)] = if in_push { &[("pushed above the cap", pusher)] } else { &[] };
+            assert_eq!(in_pushes, expected, "{kind:?}, cap {cap}: what ran inside the pushes");
+            assert!(common::eventually(Duration::from_secs(10), || ran_on.lock().unwrap().len() == 2), "{kind:?}");
+            engine.wait_all().unwrap();
+        }
     }
 }

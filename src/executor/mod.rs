@@ -112,4 +112,11 @@ pub(crate) trait Executor: Send + Sync {
     fn runs_async_inline(&self) -> bool {
         false
     }
+
+    /// Whether a pusher that takes the engine to the pending cap runs the
+    /// `Normal` CPU operation it pushed itself, when that has no variables,
+    /// instead of scheduling it (and then helping with older work).
+    fn runs_inline_over_cap(&self) -> bool {
+        false
+    }
 }

@@ -18,6 +18,10 @@
 //!   else of the pushing thread's node.
 //! - A full injector or priority level: run by the thread that made the
 //!   operation ready (as the pooled engine does), which also throttles it.
+//! - A `Normal` operation with no variables whose push takes the engine
+//!   to the pending cap: run by that pusher, inside the push
+//!   (`Core::run_ready_here`; the pooled engine does the same). `Async` and `DeleteVar` operations
+//!   ready at dispatch always run there (the kAsync inline path).
 //!
 //! The deque is crossbeam's Chase-Lev deque (`crossbeam_deque::Worker`,
 //! LIFO for the owner, FIFO for thieves): the floor measured here is
@@ -438,6 +442,10 @@ impl Executor for PerDeviceExecutor {
     }
 
     fn runs_async_inline(&self) -> bool {
+        true
+    }
+
+    fn runs_inline_over_cap(&self) -> bool {
         true
     }
 

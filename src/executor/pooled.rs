@@ -9,7 +9,10 @@
 //!   no ring round trip and no cross-core hop; further ones go to the ring
 //!   where idle workers find them;
 //! - **overflow runs inline**: when the ring is full the thread that made the
-//!   operation ready runs it itself, which throttles a pusher racing ahead.
+//!   operation ready runs it itself, which throttles a pusher racing ahead;
+//! - **at the pending cap**, a `Normal` operation with no variables runs
+//!   on its pusher, inside the push (`Core::run_ready_here`), while its
+//!   block is still in the pusher's cache.
 //!
 //! Idle workers spin for the configured time, then park (`park.rs`).
 
@@ -243,6 +246,10 @@ impl Executor for PooledExecutor {
     fn schedule(&self, core: &Core, op: u32, prop: FnProperty) {
         let pool = if prop.is_copy() { &self.copy } else { &self.normal };
         pool.schedule(core, op);
+    }
+
+    fn runs_inline_over_cap(&self) -> bool {
+        true
     }
 
     fn help(&self, core: &Core) -> bool {

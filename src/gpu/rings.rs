@@ -355,4 +355,8 @@ impl Executor for GpuExecutor {
     fn runs_async_inline(&self) -> bool {
         self.cpu.runs_async_inline()
     }
+
+    fn runs_inline_over_cap(&self) -> bool {
+        self.cpu.runs_inline_over_cap()
+    }
 }

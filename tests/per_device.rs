@@ -44,18 +44,24 @@ fn each_worker_runs_on_the_cpu_it_is_pinned_to() {
     assert!(pinned.iter().all(Option::is_some), "pinning is on by default: {pinned:?}");
     let seen = Arc::new(Mutex::new(Vec::new()));
     let vars: Vec<_> = (0..8).map(|_| engine.new_var()).collect();
-    for i in 0..2_000 {
-        let s = seen.clone();
-        let body = move |ctx: &depengine::RunContext| {
-            // SAFETY: `sched_getcpu` has no preconditions.
-            let cpu = unsafe { libc::sched_getcpu() };
-            if let Some(w) = ctx.worker() {
-                s.lock().unwrap().push((w, cpu as usize));
-            }
-        };
-        engine.push_sync(body, &[], &[vars[i % 8]]).unwrap();
+    // On a busy machine the pusher (throttled, then waiting) may run a
+    // whole round itself before a worker thread is scheduled: push rounds
+    // until the workers have run something, for a bounded time.
+    let start = std::time::Instant::now();
+    while seen.lock().unwrap().is_empty() && start.elapsed() < std::time::Duration::from_secs(20) {
+        for i in 0..2_000 {
+            let s = seen.clone();
+            let body = move |ctx: &depengine::RunContext| {
+                // SAFETY: `sched_getcpu` has no preconditions.
+                let cpu = unsafe { libc::sched_getcpu() };
+                if let Some(w) = ctx.worker() {
+                    s.lock().unwrap().push((w, cpu as usize));
+                }
+            };
+            engine.push_sync(body, &[], &[vars[i % 8]]).unwrap();
+        }
+        engine.wait_all().unwrap();
     }
-    engine.wait_all().unwrap();
     let seen = seen.lock().unwrap();
     assert!(!seen.is_empty(), "the workers ran something");
     for &(worker, cpu) in seen.iter() {

@@ -16,7 +16,7 @@ use crate::dispatch::Dispatcher;
 use crate::error::{EngineError, OpError};
 use crate::executor::Executor;
 use crate::opr::{Body, Dep, OprBlock, OprKind, READ, WRITE};
-use crate::pool::{Pool, TakeCache, NIL};
+use crate::pool::{Pool, SharedTakeCache, TakeCache, NIL};
 use crate::profiler::Profiler;
 use crate::stats::Stats;
 use crate::sync::{AtomicBool, Ordering, UnsafeCell};
@@ -59,6 +59,9 @@ unsafe impl Sync for SpareBlocks {}
 pub(crate) struct Core {
     pub(crate) id: u32,
     pub(crate) oprs: Pool<OprBlock>,
+    /// Free operation blocks for pushing threads, one at a time (see
+    /// `pool::SharedTakeCache`); its own line, written on every take.
+    op_cache: CachePadded<SharedTakeCache>,
     pub(crate) blocks: Pool<VarBlock>,
     pub(crate) vars: Pool<VarSlot>,
     pub(crate) waits: Pool<WaitSlot>,
@@ -106,6 +109,7 @@ impl Core {
             id: NEXT_ENGINE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             // Blocks are given back on workers and taken on pushers.
             oprs: Pool::new().prefetching(workers > 0),
+            op_cache: CachePadded::default(),
             blocks: Pool::new().prefetching(workers > 0),
             vars: Pool::new(),
             waits: Pool::with_first_segment(),
@@ -207,7 +211,7 @@ impl Core {
         // Keep this thread's order: its bulked pushes go first.
         crate::bulk::flush_for(self)?;
         self.check_ctx(opts.ctx)?;
-        let op = self.oprs.take();
+        let op = self.op_cache.take(&self.oprs);
         let block = self.oprs.get(op);
         #[cfg(debug_assertions)]
         block.transition(op, crate::opr::phase::FREE, crate::opr::phase::FILLED);
@@ -400,9 +404,11 @@ impl Core {
         closed_now
     }
 
-    /// Returns the combiner's spare variable blocks to their pool, so that
-    /// the pool's live count is exact (pool statistics).
+    /// Returns the cached free blocks, the pushers' operation blocks and the
+    /// combiner's variable blocks, to their pools, so that the pools' live
+    /// counts are exact (pool statistics).
     pub(crate) fn return_spare_blocks(&self) {
+        self.op_cache.give_back(&self.oprs);
         self.flush_dispatcher(|| {
             // SAFETY: we hold the dispatcher, so no append runs meanwhile.
             self.spare_blocks.0.with_mut(|spares| unsafe { (*spares).give_back(&self.blocks) })

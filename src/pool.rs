@@ -52,7 +52,17 @@
 //! take prefetches that one too: a chain given back by a worker is then
 //! fetched two operations ahead (PERF.md, "Changes of 2026-11-24": `chain`
 //! 0.82 on per_device, `nodeps` 0.36 on pooled). A value given back alone
-//! has no hint (`NIL`).
+//! has no hint (`NIL`). A [`TakeCache`] prefetches the same way.
+//!
+//! # Caches for takers
+//!
+//! A taker that takes one index per operation can hold the free list
+//! privately: a [`TakeCache`] detaches the whole list with one CAS when it
+//! runs dry, so the shared head, onto which the giving threads swap their
+//! batches, is touched once per refill instead of once per take. The
+//! dispatcher's combiner keeps one for variable blocks; pushing threads
+//! share one for operation blocks through a [`SharedTakeCache`], which a
+//! taker that finds it in use simply bypasses.
 //!
 //! # Invariants
 //!
@@ -65,7 +75,7 @@
 //! `give` publishes with `Release` and `take` acquires, so everything the last
 //! owner wrote happens-before everything the next owner does.
 
-use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use crate::sync::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering, UnsafeCell};
 use crossbeam_utils::CachePadded;
 use std::ptr;
 
@@ -526,6 +536,7 @@ impl TakeCache {
         self.head = slot.next_free().load(Ordering::Relaxed);
         slot.set_owned(index, true);
         pool.prefetch(self.head);
+        pool.prefetch_hinted(&slot.value);
         index
     }
 
@@ -544,6 +555,58 @@ impl TakeCache {
         }
         pool.give_chain(self.head, last);
         self.head = NIL;
+    }
+}
+
+/// A [`TakeCache`] that any thread may use, one at a time: a taker that
+/// finds it in use takes from the pool instead, so nobody ever waits.
+///
+/// For operation blocks, which any pushing thread takes outside the
+/// dispatcher. The flag is one more locked instruction per take, but on a
+/// line only takers touch: the pool's head, which every worker's batch of
+/// given-back blocks is swapped onto, is touched once per refill instead of
+/// once per take (per_device `chain` W=0 0.81 in alternating pairs; PERF.md,
+/// "Changes of 2026-11-24, third round").
+pub(crate) struct SharedTakeCache {
+    busy: AtomicBool,
+    cache: UnsafeCell<TakeCache>,
+}
+
+// SAFETY: the cache is touched only by the thread that set `busy` from
+// false to true (an acquire CAS), until it clears it (a release store), so
+// successive users are ordered and never overlap.
+unsafe impl Sync for SharedTakeCache {}
+
+impl Default for SharedTakeCache {
+    fn default() -> Self {
+        SharedTakeCache { busy: AtomicBool::new(false), cache: UnsafeCell::new(TakeCache::default()) }
+    }
+}
+
+impl SharedTakeCache {
+    /// Takes an index through the cache, or from the pool while another
+    /// thread is using the cache.
+    #[inline(always)]
+    pub(crate) fn take<T: Pooled>(&self, pool: &Pool<T>) -> u32 {
+        if self.busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            return pool.take();
+        }
+        // SAFETY: our CAS turned `busy` from false to true: the cache is
+        // ours alone until the store below.
+        let index = self.cache.with_mut(|c| unsafe { (*c).take(pool) });
+        self.busy.store(false, Ordering::Release);
+        index
+    }
+
+    /// Gives every cached index back to the pool, waiting for a taker that
+    /// is using the cache (a few instructions) to finish.
+    pub(crate) fn give_back<T: Pooled>(&self, pool: &Pool<T>) {
+        while self.busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            crate::sync::spin_hint();
+        }
+        // SAFETY: as in `take`.
+        self.cache.with_mut(|c| unsafe { (*c).give_back(pool) });
+        self.busy.store(false, Ordering::Release);
     }
 }
 
@@ -787,6 +850,33 @@ mod tests {
         assert_eq!(again, taken[..70].iter().copied().collect(), "the batch's indices are reused");
         assert_eq!(pool.capacity_used(), 100);
     }
+
+    #[test]
+    fn a_shared_cache_in_use_sends_a_taker_to_the_pool() {
+        let pool: Pool<Tagged> = Pool::new();
+        let taken: Vec<u32> = (0..10).map(|_| pool.take()).collect();
+        taken.iter().for_each(|&i| pool.give(i));
+        let shared = SharedTakeCache::default();
+        let first = shared.take(&pool);
+        assert_eq!(pool.live(), 10, "the first take detached the whole free list into the cache");
+        // Another thread is inside the cache: this take must not touch it.
+        shared.busy.store(true, Ordering::Relaxed);
+        let fresh = shared.take(&pool);
+        assert_eq!(fresh, 10, "the free list is empty, so the pool hands out a fresh index");
+        shared.busy.store(false, Ordering::Relaxed);
+        let rest: HashSet<u32> = (0..9).map(|_| shared.take(&pool)).collect();
+        let expected: HashSet<u32> = taken.iter().copied().filter(|&i| i != first).collect();
+        assert_eq!(rest, expected, "the cache hands out each cached index once");
+        assert_eq!(pool.capacity_used(), 11);
+        for i in rest.into_iter().chain([first, fresh]) {
+            pool.give(i);
+        }
+        let again = shared.take(&pool);
+        pool.give(again);
+        assert_eq!(pool.live(), 10, "a refill detached all 11; the 10 still cached count as live");
+        shared.give_back(&pool);
+        assert_eq!(pool.live(), 0, "given back: nothing is live");
+    }
 }
 
 /// Loom model of the free list (`--cfg depengine_loom`): cross-thread give
@@ -875,6 +965,39 @@ mod loom_models {
             pool.give(x);
             pool.give(y);
             cache.give_back(&*pool);
+            assert_eq!(pool.live(), 0);
+        });
+    }
+
+    /// Two threads take through one shared cache from a pool with three
+    /// free indices: whoever finds the cache in use takes from the pool,
+    /// and no index has two owners.
+    #[test]
+    fn shared_cache_takers_never_share_an_index() {
+        loom::model(|| {
+            let pool: Arc<Pool<Tagged>> = Arc::new(Pool::new());
+            let (a, b, c) = (pool.take(), pool.take(), pool.take());
+            for i in [c, b, a] {
+                pool.give(i);
+            }
+            let shared = Arc::new(SharedTakeCache::default());
+            let second = {
+                let (pool, shared) = (pool.clone(), shared.clone());
+                loom::thread::spawn(move || {
+                    let x = shared.take(&*pool);
+                    pool.get(x).tag.store(3, Ordering::Relaxed);
+                    x
+                })
+            };
+            let x = shared.take(&*pool);
+            pool.get(x).tag.store(1, Ordering::Relaxed);
+            let theirs = second.join().unwrap();
+            assert_eq!(pool.get(x).tag.load(Ordering::Relaxed), 1, "index {x} handed out twice");
+            assert_eq!(pool.get(theirs).tag.load(Ordering::Relaxed), 3, "index {theirs} handed out twice");
+            pool.give(x);
+            pool.give(theirs);
+            assert!(!shared.busy.load(Ordering::SeqCst), "the cache was left marked in use");
+            shared.give_back(&*pool);
             assert_eq!(pool.live(), 0);
         });
     }

@@ -284,26 +284,29 @@ impl EngineBuilder {
     }
 
     /// Bounded memory: above this many operations pushed and not finished, a
-    /// pushing thread helps run ready work (or briefly waits) before its push
-    /// returns, so a pusher racing ahead of the workers cannot exhaust memory.
-    /// `0` removes the cap; the default is [`DEFAULT_MAX_PENDING`]. Pushes
-    /// from inside an operation are never held back. A pusher that finds
-    /// nothing to help with waits a bounded time (a few hundred µs per
-    /// push) and then goes on, so an application that keeps more than this
-    /// many operations outstanding on purpose (asynchronous ones whose
-    /// completions come later, or work queued behind a long operation) is
-    /// slowed, never deadlocked.
+    /// pushing thread waits before its push returns until the count is back
+    /// under the cap, so a pusher racing ahead of the workers cannot exhaust
+    /// memory. `0` removes the cap; the default is [`DEFAULT_MAX_PENDING`].
+    /// Pushes from inside an operation are never held back. A held pusher
+    /// waits only while the count keeps falling: after a bounded time in
+    /// which it did not (a few hundred µs) it goes on, so an application
+    /// that keeps more than this many operations outstanding on purpose
+    /// (asynchronous ones whose completions come later, or work queued
+    /// behind a long operation) is slowed, never deadlocked.
     ///
-    /// On the `pooled` and `per_device` engines, a push of a `Normal` CPU
+    /// On the `pooled` and `per_device` engines the held pusher yields its
+    /// core to the workers rather than running their work (one worker per
+    /// core already uses every core; PERF.md, "Changes of 2026-11-24,
+    /// fourth round"), with one exception: a push of a `Normal` CPU
     /// operation with no variables that takes the engine to the cap runs
     /// that operation on the pushing thread, inside the push, as libgomp
-    /// runs an undeferred task: its block is still in the pusher's cache,
-    /// where a worker would have to fetch it (`nodeps` at W=0 about twice as
-    /// fast; PERF.md, "Changes of 2026-11-24, second round"). Like a thread
-    /// blocked in a wait, a pusher above the cap may also run *any* other
-    /// ready operation itself. A body must therefore not wait for something
-    /// the pushing thread will only do after its pushes (set a flag, signal
-    /// a channel): if the pusher picks that body up, it waits on itself.
+    /// runs an undeferred task, since its block is still in the pusher's
+    /// cache, where a worker would have to fetch it (`nodeps` at W=0 about
+    /// twice as fast; "…, second round"). On the `naive` engine and in
+    /// random-order mode, a held pusher runs ready operations itself, like
+    /// a thread blocked in a wait. A body that such a pusher may run must
+    /// not wait for something the pushing thread will only do after its
+    /// pushes (set a flag, signal a channel): it would wait on itself.
     /// Raise the cap above the work such a program queues, or set `0`.
     pub fn max_pending(mut self, n: u64) -> Self {
         self.max_pending = n;

@@ -36,8 +36,9 @@ crate::sync::thread_local! {
     pub(crate) static CURRENT_OP: Cell<(*const Core, u32)> = const { Cell::new((std::ptr::null(), NIL)) };
 }
 
-/// Yields without progress a throttled pusher tolerates before it gives up
-/// waiting (each yield is a few µs at most; see `Core::throttle`).
+/// Yields without progress (the pending count did not fall) a throttled
+/// pusher tolerates before it gives up waiting (each yield is a few µs at
+/// most; see `Core::throttle`).
 const THROTTLE_IDLE_LIMIT: u32 = 200;
 
 /// Operations made ready while dispatching, threaded through their `link`
@@ -321,7 +322,7 @@ impl Core {
     /// the pending cap runs what it made ready here, inside the push, as
     /// libgomp runs an undeferred task: each block is still in this core's
     /// cache, where a worker would have to fetch it, and a throttled pusher
-    /// would only help with an older, colder operation. `Normal` CPU
+    /// would only wait for the workers. `Normal` CPU
     /// operations only, where the executor allows it; the rest is scheduled
     /// as usual. Only for operations with no variables: for the others the
     /// pending count read before the hand-over to the workers delays it by
@@ -355,10 +356,13 @@ impl Core {
         }
     }
 
-    /// Bounded memory: a pusher above the cap helps run ready work until it
-    /// is back under it. Never inside a body (its own operation is pending),
-    /// and never for long without progress (bounded spin), so it cannot
-    /// deadlock a program that holds completions on purpose.
+    /// Bounded memory: a pusher above the cap waits until it is back under
+    /// it, running ready work meanwhile where the executor wants that
+    /// (`Executor::throttled_pushers_help`). It never waits long without
+    /// progress (a bounded number of yields during which the count did not
+    /// fall and it ran nothing), so it cannot deadlock a program that holds
+    /// completions on purpose. Never inside a body (its own operation is
+    /// pending).
     #[cold]
     fn throttle(&self) {
         let (core, _) = CURRENT_OP.with(|c| c.get());
@@ -366,14 +370,21 @@ impl Core {
             return;
         }
         self.stats.throttled();
+        let helps = self.executor.throttled_pushers_help();
         let mut idle = 0u32;
-        while self.pending() >= self.max_pending && idle < THROTTLE_IDLE_LIMIT {
-            if self.help_once() {
+        let mut last = self.pending();
+        while last >= self.max_pending && idle < THROTTLE_IDLE_LIMIT {
+            if helps && self.help_once() {
                 idle = 0;
             } else {
                 idle += 1;
                 std::thread::yield_now();
             }
+            let now = self.pending();
+            if now < last {
+                idle = 0;
+            }
+            last = now;
         }
     }
 

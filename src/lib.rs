@@ -70,13 +70,14 @@
 //! so each block allocates for them at most once). No OS mutex or condition
 //! variable is taken on the push → run → complete path; waits sleep on
 //! futexes. Memory is bounded: a pusher more than
-//! [`EngineBuilder::max_pending`] operations ahead of the workers helps run
+//! [`EngineBuilder::max_pending`] operations ahead of the workers waits for
 //! them before its push returns. See `ARCHITECTURE.md` for one operation's
 //! walk through the code.
 //!
-//! A thread that helps (one blocked in a wait, or a pusher above the cap)
-//! may run any ready operation, so a body must not wait for something its
-//! pushing thread only does later; [`EngineBuilder::max_pending`] says more.
+//! A thread that helps (one blocked in a wait, or on some engines a pusher
+//! above the cap) may run any ready operation, so a body must not wait for
+//! something its pushing thread only does later;
+//! [`EngineBuilder::max_pending`] says more.
 //!
 //! ## Seeing what it did
 //!

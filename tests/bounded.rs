@@ -60,9 +60,8 @@ fn held_completions_do_not_deadlock_the_cap() {
 }
 
 /// At the cap, an operation with no variables runs on its pushing thread,
-/// inside the push (libgomp's undeferred task), rather than an older ready
-/// one (which is what a throttled pusher helps with); with no cap both
-/// wait for the (busy) worker.
+/// inside the push (libgomp's undeferred task), and an older ready one
+/// stays for the worker; with no cap both wait for the (busy) worker.
 #[test]
 fn above_the_cap_a_push_runs_what_it_made_ready() {
     for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
@@ -88,5 +87,32 @@ fn above_the_cap_a_push_runs_what_it_made_ready() {
             assert!(common::eventually(Duration::from_secs(10), || ran_on.lock().unwrap().len() == 2), "{kind:?}");
             engine.wait_all().unwrap();
         }
+    }
+}
+
+/// On the engines with one worker per core, a pusher held at the cap waits
+/// for the workers instead of running their ready work: with the only
+/// worker held and the cap reached, the ready operations queued behind it
+/// all run on the worker once it is free, none on the pusher.
+#[test]
+fn a_held_pusher_leaves_ready_work_to_the_workers() {
+    for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
+        let engine = Engine::builder().kind(kind).cpu_workers(1).max_pending(3).build().unwrap();
+        let gate = common::occupy_a_worker(&engine, &[]);
+        let ran_on: Arc<Mutex<Vec<ThreadId>>> = Arc::default();
+        // Each writes a variable of its own: ready at once, but not
+        // eligible for the pusher's inline run at the cap.
+        for _ in 0..4 {
+            let (r, v) = (ran_on.clone(), engine.new_var());
+            engine.push_sync(move |_| r.lock().unwrap().push(std::thread::current().id()), &[], &[v]).unwrap();
+        }
+        let in_pushes = ran_on.lock().unwrap().len();
+        gate.store(true, Ordering::Release);
+        assert_eq!(in_pushes, 0, "{kind:?}: the held pusher ran queued work");
+        assert!(common::eventually(Duration::from_secs(10), || ran_on.lock().unwrap().len() == 4), "{kind:?}");
+        let pusher = std::thread::current().id();
+        assert!(ran_on.lock().unwrap().iter().all(|&t| t != pusher), "{kind:?}: ran on the pusher");
+        assert!(engine.stats().throttled >= 1, "{kind:?}: the cap held the pusher");
+        engine.wait_all().unwrap();
     }
 }

@@ -113,6 +113,18 @@ pub(crate) trait Executor: Send + Sync {
         false
     }
 
+    /// Whether a pusher held at the pending cap runs ready work itself.
+    /// Executors whose workers take one core each say no: the pusher is
+    /// then a thread beyond the cores, and running bodies it only takes
+    /// turns with a worker, on blocks written long ago, while the worker
+    /// it displaces is preempted mid-operation; waiting for the workers to
+    /// bring the count down is faster (PERF.md, "Changes of 2026-11-24,
+    /// fourth round"). Executors whose ready work only a waiting thread
+    /// runs must say yes.
+    fn throttled_pushers_help(&self) -> bool {
+        true
+    }
+
     /// Whether a pusher that takes the engine to the pending cap runs the
     /// `Normal` CPU operation it pushed itself, when that has no variables,
     /// instead of scheduling it (and then helping with older work).

@@ -449,6 +449,10 @@ impl Executor for PerDeviceExecutor {
         true
     }
 
+    fn throttled_pushers_help(&self) -> bool {
+        false
+    }
+
     fn stop(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.sleep.notify_all();

@@ -252,6 +252,10 @@ impl Executor for PooledExecutor {
         true
     }
 
+    fn throttled_pushers_help(&self) -> bool {
+        false
+    }
+
     fn help(&self, core: &Core) -> bool {
         if run_queued_one() {
             return true;

@@ -359,4 +359,8 @@ impl Executor for GpuExecutor {
     fn runs_inline_over_cap(&self) -> bool {
         self.cpu.runs_inline_over_cap()
     }
+
+    fn throttled_pushers_help(&self) -> bool {
+        self.cpu.throttled_pushers_help()
+    }
 }

@@ -297,6 +297,7 @@ impl Core {
             && self.max_pending != 0
             && ready.head != NIL
             && self.pending() >= self.max_pending
+            && self.executor.runs_inline_over_cap()
             && !self.in_own_body()
         {
             self.run_ready_here(ready);
@@ -322,9 +323,9 @@ impl Core {
     /// the pending cap runs what it made ready here, inside the push, as
     /// libgomp runs an undeferred task: each block is still in this core's
     /// cache, where a worker would have to fetch it, and a throttled pusher
-    /// would only wait for the workers. `Normal` CPU
-    /// operations only, where the executor allows it; the rest is scheduled
-    /// as usual. Only for operations with no variables: for the others the
+    /// would only wait for the workers. `Normal` CPU operations only, on
+    /// executors that allow it (`submit` checks); the rest is scheduled as
+    /// usual. Only for operations with no variables: for the others the
     /// pending count read before the hand-over to the workers delays it by
     /// a line's trip between cores, and in alternating runs that cost more
     /// than the inline runs saved (PERF.md, "Changes of 2026-11-24,
@@ -342,8 +343,7 @@ impl Core {
             let here = matches!(meta.kind, OprKind::User)
                 && meta.rejected.is_none()
                 && matches!(meta.opts.prop, FnProperty::Normal)
-                && !meta.opts.ctx.is_gpu()
-                && self.executor.runs_inline_over_cap();
+                && !meta.opts.ctx.is_gpu();
             if !here {
                 self.schedule_ready(op, true);
             } else {
@@ -365,8 +365,7 @@ impl Core {
     /// pending).
     #[cold]
     fn throttle(&self) {
-        let (core, _) = CURRENT_OP.with(|c| c.get());
-        if std::ptr::eq(core, self) {
+        if self.in_own_body() {
             return;
         }
         self.stats.throttled();

@@ -44,7 +44,7 @@ fn each_worker_runs_on_the_cpu_it_is_pinned_to() {
     assert!(pinned.iter().all(Option::is_some), "pinning is on by default: {pinned:?}");
     let seen = Arc::new(Mutex::new(Vec::new()));
     let vars: Vec<_> = (0..8).map(|_| engine.new_var()).collect();
-    // On a busy machine the pusher (throttled, then waiting) may run a
+    // On a busy machine the pusher's wait_all (which helps) may run a
     // whole round itself before a worker thread is scheduled: push rounds
     // until the workers have run something, for a bounded time.
     let start = std::time::Instant::now();

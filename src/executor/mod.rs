@@ -127,7 +127,7 @@ pub(crate) trait Executor: Send + Sync {
 
     /// Whether a pusher that takes the engine to the pending cap runs the
     /// `Normal` CPU operation it pushed itself, when that has no variables,
-    /// instead of scheduling it (and then helping with older work).
+    /// instead of scheduling it and then waiting at the cap.
     fn runs_inline_over_cap(&self) -> bool {
         false
     }

@@ -20,8 +20,9 @@
 //!   operation ready (as the pooled engine does), which also throttles it.
 //! - A `Normal` operation with no variables whose push takes the engine
 //!   to the pending cap: run by that pusher, inside the push
-//!   (`Core::run_ready_here`; the pooled engine does the same). `Async` and `DeleteVar` operations
-//!   ready at dispatch always run there (the kAsync inline path).
+//!   (`Core::run_ready_here`; the pooled engine does the same). `Async`
+//!   and `DeleteVar` operations ready at dispatch always run there (the
+//!   kAsync inline path).
 //!
 //! The deque is crossbeam's Chase-Lev deque (`crossbeam_deque::Worker`,
 //! LIFO for the owner, FIFO for thieves): the floor measured here is

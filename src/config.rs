@@ -297,12 +297,15 @@ impl EngineBuilder {
     /// On the `pooled` and `per_device` engines the held pusher yields its
     /// core to the workers rather than running their work (one worker per
     /// core already uses every core; PERF.md, "Changes of 2026-11-24,
-    /// fourth round"), with one exception: a push of a `Normal` CPU
-    /// operation with no variables that takes the engine to the cap runs
-    /// that operation on the pushing thread, inside the push, as libgomp
-    /// runs an undeferred task, since its block is still in the pusher's
-    /// cache, where a worker would have to fetch it (`nodeps` at W=0 about
-    /// twice as fast; "…, second round"). On the `naive` engine and in
+    /// fourth round"), with one exception: a synchronous `Normal` CPU
+    /// push with no variables that would take the engine to the cap runs
+    /// its body on the pushing thread, inside the push, with no operation
+    /// block and no queue, as libgomp runs an undeferred task: queuing it
+    /// would only send it to another core and then wait (`nodeps` at W=0
+    /// about 2.3 times as fast; PERF.md, "…, second round" and "…, fifth
+    /// round"). It still takes a ticket
+    /// ([`RunContext::ticket`](crate::RunContext::ticket)) and
+    /// fails like any operation. On the `naive` engine and in
     /// random-order mode, a held pusher runs ready operations itself, like
     /// a thread blocked in a wait. A body that such a pusher may run must
     /// not wait for something the pushing thread will only do after its

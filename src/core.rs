@@ -31,10 +31,18 @@ use std::sync::Arc;
 static NEXT_ENGINE_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
 
 crate::sync::thread_local! {
-    /// The operation whose body this thread is running (core, op), for the
+    /// The operation whose body this thread is running (core, op; op is
+    /// [`UNQUEUED`] for one run inside its push), for the
     /// wait-inside-an-operation deadlock check.
     pub(crate) static CURRENT_OP: Cell<(*const Core, u32)> = const { Cell::new((std::ptr::null(), NIL)) };
 }
+
+/// `CURRENT_OP`'s operation while a body runs inside its push, with no
+/// block (`Core::run_unqueued`). No pool hands out this index.
+pub(crate) const UNQUEUED: u32 = NIL - 1;
+
+/// The failure of an operation the engine's closing was linearized before.
+pub(crate) const PUSHED_AT_SHUTDOWN: &str = "pushed while the engine shut down";
 
 /// Yields without progress (the pending count did not fall) a throttled
 /// pusher tolerates before it gives up waiting (each yield is a few µs at
@@ -270,7 +278,7 @@ impl Core {
                 self.stamp_push(block);
             }
         }
-        self.submit(op, reads.is_empty() && writes.is_empty())
+        self.submit(op)
     }
 
     /// `ShutDown` once the engine has begun shutting down: every call that
@@ -284,26 +292,15 @@ impl Core {
     }
 
     /// Hands the operation to the dispatcher (which counts it as pending
-    /// when it stamps its ticket). `var_less`: the operation has no
-    /// variables (see `run_ready_here`).
-    fn submit(&self, op: u32, var_less: bool) -> Result<(), EngineError> {
+    /// when it stamps its ticket).
+    fn submit(&self, op: u32) -> Result<(), EngineError> {
         if let Err(e) = self.check_open() {
             self.discard(op);
             return Err(e);
         }
         let mut ready = ReadyList { head: NIL, tail: NIL };
         self.dispatcher.submit(&self.oprs, op, |op, ticket| self.dispatch(op, ticket, &mut ready));
-        if var_less
-            && self.max_pending != 0
-            && ready.head != NIL
-            && self.pending() >= self.max_pending
-            && self.executor.runs_inline_over_cap()
-            && !self.in_own_body()
-        {
-            self.run_ready_here(ready);
-        } else {
-            self.schedule_list(ready);
-        }
+        self.schedule_list(ready);
         if self.max_pending != 0 {
             let pending = self.pending();
             self.stats.note_pending(pending);
@@ -319,41 +316,46 @@ impl Core {
         std::ptr::eq(CURRENT_OP.with(|c| c.get()).0, self)
     }
 
-    /// A push of an operation with no variables that takes the engine to
-    /// the pending cap runs what it made ready here, inside the push, as
-    /// libgomp runs an undeferred task: each block is still in this core's
-    /// cache, where a worker would have to fetch it, and a throttled pusher
-    /// would only wait for the workers. `Normal` CPU operations only, on
-    /// executors that allow it (`submit` checks); the rest is scheduled as
-    /// usual. Only for operations with no variables: for the others the
-    /// pending count read before the hand-over to the workers delays it by
-    /// a line's trip between cores, and in alternating runs that cost more
-    /// than the inline runs saved (PERF.md, "Changes of 2026-11-24,
-    /// second round"). Never inside a body (its own operation is pending,
-    /// so it must not hold on to the cap).
-    #[cold]
-    #[inline(never)]
-    fn run_ready_here(&self, ready: ReadyList) {
-        let mut op = ready.head;
-        while op != NIL {
-            let block = self.oprs.get(op);
-            let next = block.link.load(Ordering::Relaxed);
-            // SAFETY: a ready block is owned by whoever schedules it (phase 3).
-            let meta = unsafe { block.meta() };
-            let here = matches!(meta.kind, OprKind::User)
-                && meta.rejected.is_none()
-                && matches!(meta.opts.prop, FnProperty::Normal)
-                && !meta.opts.ctx.is_gpu();
-            if !here {
-                self.schedule_ready(op, true);
-            } else {
-                if meta.profile_session != 0 || self.diagnosis.is_some() {
-                    self.observe_ready(block, meta);
-                }
-                crate::executor::inline::run_inline(self, op);
-            }
-            op = next;
+    /// A synchronous push with no variables that would take the engine to
+    /// the pending cap runs its body on the pusher, inside the push, with
+    /// no block and no queue (`Core::run_unqueued`), as libgomp runs an
+    /// undeferred task: the workers are behind, so queuing it would only
+    /// cost a block's trip to another core and a wait at the cap. It
+    /// conflicts with nothing, so running it before older queued work
+    /// breaks no rule. Returns its ticket when it is to run so: a `Normal`
+    /// CPU operation, on an executor that allows it, outside any body of
+    /// this engine (a body's own operation is pending: it must not hold on
+    /// to the cap), with the profiler and diagnosis off (they watch queued
+    /// operations), and only when no other thread is combining (taking the
+    /// ticket never waits). `None`: push it the usual way.
+    #[inline]
+    pub(crate) fn unqueued_ticket(&self, opts: &PushOpts) -> Result<Option<u64>, EngineError> {
+        if self.max_pending == 0
+            || opts.prop != FnProperty::Normal
+            || opts.ctx.is_gpu()
+            || self.pending() + 1 < self.max_pending
+        {
+            return Ok(None);
         }
+        self.unqueued_ticket_at_cap()
+    }
+
+    #[inline(never)]
+    fn unqueued_ticket_at_cap(&self) -> Result<Option<u64>, EngineError> {
+        if !self.executor.runs_inline_over_cap()
+            || self.profiler.session() != 0
+            || self.diagnosis.is_some()
+            || self.in_own_body()
+        {
+            return Ok(None);
+        }
+        // Keep this thread's order: its bulked pushes go first.
+        crate::bulk::flush_for(self)?;
+        self.check_open()?;
+        let mut ready = ReadyList { head: NIL, tail: NIL };
+        let ticket = self.dispatcher.take_ticket(&self.oprs, |op, ticket| self.dispatch(op, ticket, &mut ready));
+        self.schedule_list(ready);
+        Ok(ticket)
     }
 
     /// Bounded memory: a pusher above the cap waits until it is back under
@@ -388,7 +390,8 @@ impl Core {
     }
 
     /// Schedules what a combining pass found ready (after it let go).
-    #[inline]
+    /// Inlined into each caller: `submit`'s copy is on every push.
+    #[inline(always)]
     fn schedule_list(&self, ready: ReadyList) {
         let mut op = ready.head;
         while op != NIL {
@@ -464,7 +467,7 @@ impl Core {
             if !live || self.shutting_down.load(Ordering::Relaxed) {
                 // A variable's deletion, or the engine's closing, was
                 // linearized before this operation.
-                let why = if live { "pushed while the engine shut down" } else { "uses a deleted variable" };
+                let why = if live { PUSHED_AT_SHUTDOWN } else { "uses a deleted variable" };
                 meta.rejected = Some(OpError::new(meta.opts.name, why));
                 block.wait.store(0, Ordering::Relaxed);
                 ready.push(&self.oprs, op);
@@ -558,6 +561,8 @@ impl Core {
         }
         match var {
             None => true,
+            // An operation run inside its push holds no variable.
+            Some(_) if op == UNQUEUED => false,
             // SAFETY: the running body's block is alive (its runner holds
             // it) and its deps are not written while it runs.
             Some(v) => unsafe { self.oprs.get(op).dep_slice().iter().any(|d| d.slot() == v.slot) },

@@ -28,6 +28,15 @@
 //! The combiner runs no user code: operations it finds ready are returned to
 //! the caller, which schedules them after releasing (`core.rs`). So a body
 //! may push and wait freely, and a combiner never blocks.
+//!
+//! # Tickets without a queue
+//!
+//! An operation with no variables that runs inside its own push (`core.rs`,
+//! `unqueued_ticket`) still takes its place in the ticket order, through
+//! [`take_ticket`](Dispatcher::take_ticket): the fast path above, with a
+//! ticket stamped but nothing dispatched. So the ticket counter and the
+//! dispatched count (what `pending` and `wait_all` count against) are two
+//! words, both written only by the combiner.
 
 use crate::opr::OprBlock;
 use crate::pool::{Pool, NIL};
@@ -38,10 +47,10 @@ use crossbeam_utils::CachePadded;
 pub(crate) struct Dispatcher {
     busy: CachePadded<AtomicU32>,
     stack: CachePadded<AtomicU32>,
-    /// The next ticket to stamp, which is also the number of operations
-    /// dispatched so far. Written only by the combiner (a plain load and
-    /// store: no locked instruction), read by anyone.
-    next_ticket: CachePadded<AtomicU64>,
+    /// The next ticket to stamp and the number of operations dispatched so
+    /// far. Written only by the combiner (plain loads and stores: no locked
+    /// instruction), read by anyone.
+    counts: CachePadded<Counts>,
     /// Delegated submissions not yet stamped: counted by the pusher before
     /// it links the operation, uncounted by the combiner after stamping.
     /// Lets `wait_all` see an operation whose push has returned but which
@@ -49,12 +58,21 @@ pub(crate) struct Dispatcher {
     undispatched: CachePadded<AtomicU64>,
 }
 
+/// The combiner's two counters, on one line: every stamp writes both.
+#[derive(Default)]
+struct Counts {
+    /// The next ticket: operations dispatched plus tickets taken alone.
+    next_ticket: AtomicU64,
+    /// Operations dispatched (appended to their queues) so far.
+    dispatched: AtomicU64,
+}
+
 impl Default for Dispatcher {
     fn default() -> Self {
         Dispatcher {
             busy: CachePadded::new(AtomicU32::new(0)),
             stack: CachePadded::new(AtomicU32::new(NIL)),
-            next_ticket: CachePadded::new(AtomicU64::new(0)),
+            counts: CachePadded::new(Counts::default()),
             undispatched: CachePadded::new(AtomicU64::new(0)),
         }
     }
@@ -90,12 +108,38 @@ impl Dispatcher {
         }
     }
 
+    /// Takes the next ticket for an operation that is not queued (it runs
+    /// inside its push), if this thread can become the combiner at once:
+    /// operations submitted meanwhile are dispatched as usual, and the
+    /// ticket is not counted as dispatched. `None`: another thread is
+    /// combining (the caller queues its operation instead of waiting).
+    #[inline]
+    pub(crate) fn take_ticket(&self, oprs: &Pool<OprBlock>, mut dispatch: impl FnMut(u32, u64)) -> Option<u64> {
+        if self.busy.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            return None;
+        }
+        self.drain(oprs, &mut dispatch);
+        let ticket = self.next_ticket();
+        self.release(oprs, &mut dispatch);
+        Some(ticket)
+    }
+
+    /// Stamps the next ticket. Combiner only.
+    #[inline(always)]
+    fn next_ticket(&self) -> u64 {
+        // Only the combiner writes the counters, and `busy`'s
+        // acquire/release orders successive combiners, so load + store
+        // cannot lose a count.
+        let ticket = self.counts.next_ticket.load(Ordering::Relaxed);
+        self.counts.next_ticket.store(ticket + 1, Ordering::Relaxed);
+        ticket
+    }
+
     #[inline(always)]
     fn stamp(&self, op: u32, dispatch: &mut impl FnMut(u32, u64)) {
-        // Only the combiner writes the counter, and `busy`'s acquire/release
-        // orders successive combiners, so load + store cannot lose a count.
-        let ticket = self.next_ticket.load(Ordering::Relaxed);
-        self.next_ticket.store(ticket + 1, Ordering::Release);
+        let ticket = self.next_ticket();
+        let dispatched = self.counts.dispatched.load(Ordering::Relaxed);
+        self.counts.dispatched.store(dispatched + 1, Ordering::Release);
         dispatch(op, ticket);
     }
 
@@ -103,7 +147,14 @@ impl Dispatcher {
     /// call, once [`flush`](Self::flush) has returned).
     #[inline]
     pub(crate) fn dispatched(&self) -> u64 {
-        self.next_ticket.load(Ordering::SeqCst)
+        self.counts.dispatched.load(Ordering::SeqCst)
+    }
+
+    /// Tickets stamped so far: the operations dispatched and those run
+    /// inside their push ([`take_ticket`](Self::take_ticket)).
+    #[inline]
+    pub(crate) fn tickets(&self) -> u64 {
+        self.counts.next_ticket.load(Ordering::SeqCst)
     }
 
     /// Delegated submissions not yet dispatched. Read after the
@@ -223,6 +274,33 @@ mod loom_models {
             all.sort_unstable();
             assert_eq!(seen, all, "every submission dispatched exactly once: {log:?}");
             assert_eq!(d.dispatched(), 3);
+        });
+    }
+
+    /// A ticket taken alone, racing a submission: never waits, never
+    /// strands the submission, and shares the dense ticket order without
+    /// counting as dispatched.
+    #[test]
+    fn a_ticket_taken_alone_shares_the_order_and_strands_nothing() {
+        loom::model(|| {
+            let oprs: Arc<Pool<OprBlock>> = Arc::new(Pool::new());
+            let d = Arc::new(Dispatcher::default());
+            let log = Arc::new(Mutex::new(Vec::new()));
+            let op = oprs.take();
+            let t = {
+                let (oprs, d, log) = (oprs.clone(), d.clone(), log.clone());
+                loom::thread::spawn(move || d.submit(&oprs, op, |op, ticket| log.lock().unwrap().push((op, ticket))))
+            };
+            let alone = d.take_ticket(&oprs, |op, ticket| log.lock().unwrap().push((op, ticket)));
+            t.join().unwrap();
+            let log = log.lock().unwrap().clone();
+            assert_eq!(log.len(), 1, "the submission is dispatched once: {log:?}");
+            assert_eq!(d.dispatched(), 1, "a ticket taken alone is not dispatched");
+            let mut tickets: Vec<u64> = log.iter().map(|&(_, t)| t).chain(alone).collect();
+            tickets.sort_unstable();
+            let want: Vec<u64> = (0..tickets.len() as u64).collect();
+            assert_eq!(tickets, want, "dense tickets");
+            assert_eq!(d.tickets(), want.len() as u64);
         });
     }
 }

@@ -247,6 +247,13 @@ impl Engine {
         F: FnOnce(&RunContext) -> R + Send + 'static,
         R: OpOutput,
     {
+        let mut body = body;
+        if reads.is_empty() && writes.is_empty() {
+            match self.run_unqueued(body, &opts) {
+                Ok(pushed) => return pushed,
+                Err(unrun) => body = unrun,
+            }
+        }
         let mut body = InlineFn::new_sync(body);
         if crate::bulk::wants(&opts) {
             match crate::bulk::try_add(&self.core, body, reads, writes, &opts)? {
@@ -255,6 +262,29 @@ impl Engine {
             }
         }
         self.core.push(Body::OneShot(body), false, reads, writes, &opts, OprKind::User)
+    }
+
+    /// A synchronous push with no variables at the pending cap runs its body
+    /// here, with no block and no queue (`Core::unqueued_ticket`); `Err`
+    /// hands the body back for a usual push. Out of line, so that other
+    /// pushes carry none of it.
+    #[inline(never)]
+    fn run_unqueued<F, R>(&self, body: F, opts: &PushOpts) -> Result<Result<(), EngineError>, F>
+    where
+        F: FnOnce(&RunContext) -> R + Send + 'static,
+        R: OpOutput,
+    {
+        if crate::bulk::wants(opts) {
+            return Err(body);
+        }
+        match self.core.unqueued_ticket(opts) {
+            Ok(Some(ticket)) => {
+                self.core.run_unqueued(ticket, opts, |ctx| body(ctx).into_outcome());
+                Ok(Ok(()))
+            }
+            Ok(None) => Err(body),
+            Err(e) => Ok(Err(e)),
+        }
     }
 
     /// Sets this thread's bulk size (MXNet's `set_bulk_size`): from now on up
@@ -450,11 +480,12 @@ impl Engine {
         self.core.stats.read_into(&mut s);
         self.core.executor.add_stats(&mut s);
         // Tickets count every dispatched operation, wait markers included
-        // (a wait that returned at once dispatched none).
-        let dispatched = self.core.dispatcher.dispatched();
+        // (a wait that returned at once dispatched none), and every
+        // operation run inside its push (never pending).
+        let tickets = self.core.dispatcher.tickets();
         let markers = s.waits - s.waits_at_once;
-        s.pushed = dispatched.saturating_sub(markers);
-        s.finished = (dispatched - self.core.pending().min(dispatched)).saturating_sub(markers);
+        s.pushed = tickets.saturating_sub(markers);
+        s.finished = (tickets - self.core.pending().min(tickets)).saturating_sub(markers);
         s.ran_elsewhere = s.finished.saturating_sub(s.ran_on_workers);
         s.pools = self.pool_stats();
         s

@@ -82,6 +82,10 @@ use std::ptr;
 /// The "no index" value used by every intrusive link in the engine.
 pub(crate) const NIL: u32 = u32::MAX;
 
+/// The first index no pool hands out: `NIL` and the marker below it
+/// (`core::UNQUEUED`) are never slots.
+const INDEX_LIMIT: u32 = NIL - 1;
+
 /// Slots in segment 0. Small under loom so that models stay small.
 const SEGMENT_BASE: u32 = if cfg!(depengine_loom) { 2 } else { 64 };
 
@@ -269,7 +273,7 @@ impl<T: Pooled> Pool<T> {
     fn take_fresh(&self) -> u32 {
         let index = self.fresh.fetch_add(1, Ordering::Relaxed);
         let seg = segment_of(index);
-        assert!(seg < SEGMENTS && index != NIL, "depengine: object pool exhausted");
+        assert!(seg < SEGMENTS && index < INDEX_LIMIT, "depengine: object pool exhausted");
         self.ensure_segment(seg);
         self.slot(index).set_owned(index, true);
         index

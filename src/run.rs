@@ -20,8 +20,9 @@
 //! operation itself but defers to the runner, which has the panic message.
 
 use crate::completion::Completion;
+use crate::context::PushOpts;
 use crate::context::RunContext;
-use crate::core::{Core, CURRENT_OP};
+use crate::core::{Core, CURRENT_OP, PUSHED_AT_SHUTDOWN, UNQUEUED};
 use crate::error::{panic_message, OpError};
 use crate::inline_fn::{InlineFn, Outcome};
 use crate::operator::OperatorBody;
@@ -94,12 +95,7 @@ impl Core {
         if !meta.is_async {
             let outcome = catch_unwind(AssertUnwindSafe(|| self.invoke(block, &ctx, None)));
             CURRENT_OP.with(|c| c.set(outer));
-            let failure = match outcome {
-                Ok(Ok(())) => None,
-                Ok(Err(message)) => Some(OpError::new(name, message)),
-                Err(payload) => Some(OpError::new(name, panic_message(&*payload))),
-            };
-            self.complete_and_finish(op, failure.as_ref());
+            self.complete_and_finish(op, failure_of(name, outcome).as_ref());
             return;
         }
         block.refs.store(2, Ordering::Relaxed);
@@ -124,6 +120,36 @@ impl Core {
             self.first_error.record(&OpError::new(name, message));
         }
         self.release(op);
+    }
+
+    /// Runs a synchronous body with no variables on the pushing thread,
+    /// inside its push, with no block and no queue: the operation holds
+    /// `ticket` (from `Core::unqueued_ticket`) and is never pending. A
+    /// failure is recorded for `wait_all` as a queued one's would be; an
+    /// engine that began closing before the ticket was taken fails it
+    /// unrun, as it rejects a queued one.
+    #[inline(always)]
+    pub(crate) fn run_unqueued(&self, ticket: u64, opts: &PushOpts, body: impl FnOnce(&RunContext) -> Outcome) {
+        let failure = if self.shutting_down.load(Ordering::Relaxed) {
+            Some(OpError::new(opts.name, PUSHED_AT_SHUTDOWN))
+        } else {
+            let ctx = RunContext {
+                ctx: opts.ctx,
+                worker: None,
+                ticket,
+                priority: opts.priority,
+                #[cfg(feature = "cuda")]
+                stream: None,
+            };
+            let outer = CURRENT_OP.with(|c| c.replace((self, UNQUEUED)));
+            let outcome = catch_unwind(AssertUnwindSafe(|| body(&ctx)));
+            CURRENT_OP.with(|c| c.set(outer));
+            failure_of(opts.name, outcome)
+        };
+        if let Some(failure) = failure {
+            self.stats.failed();
+            self.first_error.record(&failure);
+        }
     }
 
     /// The failure that makes `block` skip its body, if any.
@@ -316,5 +342,16 @@ impl Core {
             // it spares a write to a line that pusher writes next anyway.
         }
         self.retire(op, freed);
+    }
+}
+
+/// The failure a synchronous body's outcome (or panic) stands for.
+/// Inlined: on every worker's run, the `Ok` case must stay a test.
+#[inline(always)]
+fn failure_of(name: &'static str, outcome: std::thread::Result<Outcome>) -> Option<Arc<OpError>> {
+    match outcome {
+        Ok(Ok(())) => None,
+        Ok(Err(message)) => Some(OpError::new(name, message)),
+        Err(payload) => Some(OpError::new(name, panic_message(&*payload))),
     }
 }

@@ -116,3 +116,66 @@ fn a_held_pusher_leaves_ready_work_to_the_workers() {
         engine.wait_all().unwrap();
     }
 }
+
+/// A body's name, ticket and worker.
+type Ran = (&'static str, u64, Option<usize>);
+
+/// What runs inside its push at the cap takes no operation block, and is
+/// still an operation of the engine: it takes its place in the ticket order, its failure reaches
+/// `wait_all` under its name, a `wait_all` inside it is refused as inside
+/// any body, a wait on a variable it does not hold is not, and the
+/// statistics count it as pushed, finished and run off the workers.
+#[test]
+fn an_operation_run_inside_its_push_keeps_its_ticket_and_its_failure() {
+    for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
+        let engine = Arc::new(Engine::builder().kind(kind).cpu_workers(1).max_pending(3).build().unwrap());
+        let v = engine.new_var();
+        let gate = common::occupy_a_worker(&engine, &[]);
+        let seen: Arc<Mutex<Vec<Ran>>> = Arc::default();
+        let record = |name: &'static str| {
+            let seen = seen.clone();
+            move |ctx: &depengine::RunContext| seen.lock().unwrap().push((name, ctx.ticket(), ctx.worker()))
+        };
+        // Below the cap: queued behind the blocker.
+        engine.push_sync(record("older"), &[], &[]).unwrap();
+        // At the cap: each runs inside its push.
+        engine.push_sync(record("first inside"), &[], &[]).unwrap();
+        let e = engine.clone();
+        let waits = Arc::new(Mutex::new(None));
+        let w = waits.clone();
+        engine
+            .push_sync_with(
+                move |_| {
+                    *w.lock().unwrap() = Some((e.wait_all(), e.wait_var(v)));
+                    Err::<(), _>("failed on purpose")
+                },
+                &[],
+                &[],
+                depengine::PushOpts::new().name("failing inside"),
+            )
+            .unwrap();
+        engine.push_sync(record("last inside"), &[], &[]).unwrap();
+        let in_pushes = seen.lock().unwrap().clone();
+        let waits = waits.lock().unwrap().take();
+        let blocks = engine.pool_stats().op_blocks_created;
+        gate.store(true, Ordering::Release);
+        assert_eq!(blocks, 2, "{kind:?}: only the blocker and the older one took an operation block");
+        assert_eq!(
+            in_pushes,
+            [("first inside", 2, None), ("last inside", 4, None)],
+            "{kind:?}: run inside the pushes, in ticket order after the blocker (0) and the older one (1)"
+        );
+        let (wait_all, wait_var) = waits.expect("the failing body ran inside its push");
+        assert!(
+            matches!(wait_all, Err(depengine::EngineError::WaitWouldDeadlock)),
+            "{kind:?}: wait_all inside: {wait_all:?}"
+        );
+        assert!(wait_var.is_ok(), "{kind:?}: a wait on a variable it does not hold: {wait_var:?}");
+        let failure = engine.wait_all().expect_err("the failure reaches wait_all").to_string();
+        assert!(failure.contains("failing inside") && failure.contains("failed on purpose"), "{kind:?}: {failure}");
+        assert_eq!(seen.lock().unwrap()[2].1, 1, "{kind:?}: the older one ran later, with its own ticket");
+        let s = engine.stats();
+        assert_eq!((s.pushed, s.finished, s.failed), (5, 5, 1), "{kind:?}: {s:?}");
+        assert!(s.ran_elsewhere >= 3, "{kind:?}: {s:?}");
+    }
+}

@@ -125,9 +125,10 @@ pub(crate) trait Executor: Send + Sync {
         true
     }
 
-    /// Whether a pusher that takes the engine to the pending cap runs the
-    /// `Normal` CPU operation it pushed itself, when that has no variables,
-    /// instead of scheduling it and then waiting at the cap.
+    /// Whether a synchronous `Normal` CPU push with no variables that would
+    /// take the engine to the pending cap runs its body on the pushing
+    /// thread, inside the push (`Core::unqueued_ticket`), instead of
+    /// queuing it and then waiting at the cap.
     fn runs_inline_over_cap(&self) -> bool {
         false
     }

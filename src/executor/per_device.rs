@@ -18,9 +18,10 @@
 //!   else of the pushing thread's node.
 //! - A full injector or priority level: run by the thread that made the
 //!   operation ready (as the pooled engine does), which also throttles it.
-//! - A `Normal` operation with no variables whose push takes the engine
-//!   to the pending cap: run by that pusher, inside the push
-//!   (`Core::run_ready_here`; the pooled engine does the same). `Async`
+//! - A synchronous `Normal` push with no variables that would take the
+//!   engine to the pending cap: its body runs on that pusher, inside the
+//!   push, with no block (`Core::unqueued_ticket`; the pooled engine does
+//!   the same). `Async`
 //!   and `DeleteVar` operations ready at dispatch always run there (the
 //!   kAsync inline path).
 //!

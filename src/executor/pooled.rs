@@ -10,9 +10,9 @@
 //!   where idle workers find them;
 //! - **overflow runs inline**: when the ring is full the thread that made the
 //!   operation ready runs it itself, which throttles a pusher racing ahead;
-//! - **at the pending cap**, a `Normal` operation with no variables runs
-//!   on its pusher, inside the push (`Core::run_ready_here`), while its
-//!   block is still in the pusher's cache.
+//! - **at the pending cap**, a synchronous `Normal` push with no variables
+//!   runs its body on the pusher, inside the push, with no block and no
+//!   queue (`Core::unqueued_ticket`).
 //!
 //! Idle workers spin for the configured time, then park (`park.rs`).
 

@@ -41,6 +41,15 @@ crate::sync::thread_local! {
 /// block (`Core::run_unqueued`). No pool hands out this index.
 pub(crate) const UNQUEUED: u32 = NIL - 1;
 
+/// The place an operation run inside its push took in the ticket order
+/// (`Core::unqueued_ticket`).
+pub(crate) struct UnqueuedTicket {
+    pub(crate) ticket: u64,
+    /// The engine's closing was linearized before the ticket: the operation
+    /// fails unrun, as a queued one dispatched then is rejected.
+    pub(crate) after_close: bool,
+}
+
 /// The failure of an operation the engine's closing was linearized before.
 pub(crate) const PUSHED_AT_SHUTDOWN: &str = "pushed while the engine shut down";
 
@@ -329,7 +338,7 @@ impl Core {
     /// operations), and only when no other thread is combining (taking the
     /// ticket never waits). `None`: push it the usual way.
     #[inline]
-    pub(crate) fn unqueued_ticket(&self, opts: &PushOpts) -> Result<Option<u64>, EngineError> {
+    pub(crate) fn unqueued_ticket(&self, opts: &PushOpts) -> Result<Option<UnqueuedTicket>, EngineError> {
         if self.max_pending == 0
             || opts.prop != FnProperty::Normal
             || opts.ctx.is_gpu()
@@ -341,7 +350,7 @@ impl Core {
     }
 
     #[inline(never)]
-    fn unqueued_ticket_at_cap(&self) -> Result<Option<u64>, EngineError> {
+    fn unqueued_ticket_at_cap(&self) -> Result<Option<UnqueuedTicket>, EngineError> {
         if !self.executor.runs_inline_over_cap()
             || self.profiler.session() != 0
             || self.diagnosis.is_some()
@@ -353,9 +362,14 @@ impl Core {
         crate::bulk::flush_for(self)?;
         self.check_open()?;
         let mut ready = ReadyList { head: NIL, tail: NIL };
-        let ticket = self.dispatcher.take_ticket(&self.oprs, |op, ticket| self.dispatch(op, ticket, &mut ready));
+        let mut after_close = false;
+        let ticket = self.dispatcher.take_ticket(
+            &self.oprs,
+            |op, ticket| self.dispatch(op, ticket, &mut ready),
+            || after_close = self.shutting_down.load(Ordering::Relaxed),
+        );
         self.schedule_list(ready);
-        Ok(ticket)
+        Ok(ticket.map(|ticket| UnqueuedTicket { ticket, after_close }))
     }
 
     /// Bounded memory: a pusher above the cap waits until it is back under

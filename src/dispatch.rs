@@ -111,15 +111,24 @@ impl Dispatcher {
     /// Takes the next ticket for an operation that is not queued (it runs
     /// inside its push), if this thread can become the combiner at once:
     /// operations submitted meanwhile are dispatched as usual, and the
-    /// ticket is not counted as dispatched. `None`: another thread is
-    /// combining (the caller queues its operation instead of waiting).
+    /// ticket is not counted as dispatched; `then` runs while still
+    /// combining, right after (so that it sees exactly what was linearized
+    /// before the ticket, such as the engine's closing). `None`: another
+    /// thread is combining (the caller queues its operation instead of
+    /// waiting), and `then` did not run.
     #[inline]
-    pub(crate) fn take_ticket(&self, oprs: &Pool<OprBlock>, mut dispatch: impl FnMut(u32, u64)) -> Option<u64> {
+    pub(crate) fn take_ticket(
+        &self,
+        oprs: &Pool<OprBlock>,
+        mut dispatch: impl FnMut(u32, u64),
+        then: impl FnOnce(),
+    ) -> Option<u64> {
         if self.busy.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
             return None;
         }
         self.drain(oprs, &mut dispatch);
         let ticket = self.next_ticket();
+        then();
         self.release(oprs, &mut dispatch);
         Some(ticket)
     }
@@ -291,7 +300,7 @@ mod loom_models {
                 let (oprs, d, log) = (oprs.clone(), d.clone(), log.clone());
                 loom::thread::spawn(move || d.submit(&oprs, op, |op, ticket| log.lock().unwrap().push((op, ticket))))
             };
-            let alone = d.take_ticket(&oprs, |op, ticket| log.lock().unwrap().push((op, ticket)));
+            let alone = d.take_ticket(&oprs, |op, ticket| log.lock().unwrap().push((op, ticket)), || {});
             t.join().unwrap();
             let log = log.lock().unwrap().clone();
             assert_eq!(log.len(), 1, "the submission is dispatched once: {log:?}");
@@ -301,6 +310,41 @@ mod loom_models {
             let want: Vec<u64> = (0..tickets.len() as u64).collect();
             assert_eq!(tickets, want, "dense tickets");
             assert_eq!(d.tickets(), want.len() as u64);
+        });
+    }
+
+    /// What a ticket taken alone sees in its `then` (the engine's closing,
+    /// in `Core`) is exactly what was linearized before the ticket: a
+    /// flush's `then` (`Core::close`) either ran before the ticket was
+    /// stamped and is seen, or after and is not.
+    #[test]
+    fn a_ticket_taken_alone_sees_exactly_what_came_before_it() {
+        loom::model(|| {
+            let oprs: Arc<Pool<OprBlock>> = Arc::new(Pool::new());
+            let d = Arc::new(Dispatcher::default());
+            let closed = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+            let t = {
+                let (oprs, d, closed) = (oprs.clone(), d.clone(), closed.clone());
+                loom::thread::spawn(move || {
+                    let mut tickets_before_close = 0;
+                    d.flush(
+                        &oprs,
+                        |_, _| {},
+                        || {
+                            tickets_before_close = d.tickets();
+                            closed.store(true, Ordering::Relaxed);
+                        },
+                    );
+                    tickets_before_close
+                })
+            };
+            let mut seen = None;
+            let ticket = d.take_ticket(&oprs, |_, _| {}, || seen = Some(closed.load(Ordering::Relaxed)));
+            let tickets_before_close = t.join().unwrap();
+            match ticket {
+                Some(_) => assert_eq!(seen, Some(tickets_before_close == 0), "closed before the ticket: seen"),
+                None => assert_eq!(seen, None, "then ran without a ticket"),
+            }
         });
     }
 }

@@ -278,8 +278,8 @@ impl Engine {
             return Err(body);
         }
         match self.core.unqueued_ticket(opts) {
-            Ok(Some(ticket)) => {
-                self.core.run_unqueued(ticket, opts, |ctx| body(ctx).into_outcome());
+            Ok(Some(at)) => {
+                self.core.run_unqueued(at, opts, |ctx| body(ctx).into_outcome());
                 Ok(Ok(()))
             }
             Ok(None) => Err(body),

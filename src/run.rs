@@ -22,7 +22,7 @@
 use crate::completion::Completion;
 use crate::context::PushOpts;
 use crate::context::RunContext;
-use crate::core::{Core, CURRENT_OP, PUSHED_AT_SHUTDOWN, UNQUEUED};
+use crate::core::{Core, UnqueuedTicket, CURRENT_OP, PUSHED_AT_SHUTDOWN, UNQUEUED};
 use crate::error::{panic_message, OpError};
 use crate::inline_fn::{InlineFn, Outcome};
 use crate::operator::OperatorBody;
@@ -124,13 +124,14 @@ impl Core {
 
     /// Runs a synchronous body with no variables on the pushing thread,
     /// inside its push, with no block and no queue: the operation holds
-    /// `ticket` (from `Core::unqueued_ticket`) and is never pending. A
-    /// failure is recorded for `wait_all` as a queued one's would be; an
-    /// engine that began closing before the ticket was taken fails it
-    /// unrun, as it rejects a queued one.
+    /// `at.ticket` (from `Core::unqueued_ticket`) and is never pending. A
+    /// failure is recorded for `wait_all` as a queued one's would be; if
+    /// the engine's closing came before the ticket, the body does not run
+    /// and the operation fails, as a queued one dispatched then is rejected.
     #[inline(always)]
-    pub(crate) fn run_unqueued(&self, ticket: u64, opts: &PushOpts, body: impl FnOnce(&RunContext) -> Outcome) {
-        let failure = if self.shutting_down.load(Ordering::Relaxed) {
+    pub(crate) fn run_unqueued(&self, at: UnqueuedTicket, opts: &PushOpts, body: impl FnOnce(&RunContext) -> Outcome) {
+        let UnqueuedTicket { ticket, after_close } = at;
+        let failure = if after_close {
             Some(OpError::new(opts.name, PUSHED_AT_SHUTDOWN))
         } else {
             let ctx = RunContext {

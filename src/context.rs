@@ -150,8 +150,8 @@ pub struct RunContext {
 }
 
 impl RunContext {
-    /// A context for a body run outside any worker (tests, benchmarks).
-    #[allow(dead_code)] // not every build has a caller
+    /// A context for a body run outside any worker, ticket and priority 0
+    /// (an operation run inside its push sets both; tests, benchmarks).
     pub(crate) fn on_host(ctx: Context) -> RunContext {
         RunContext {
             ctx,

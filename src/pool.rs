@@ -588,29 +588,32 @@ impl Default for SharedTakeCache {
 }
 
 impl SharedTakeCache {
+    /// Runs `f` on the cache if no other thread is using it; `None` if one is.
+    #[inline(always)]
+    fn try_with<R>(&self, f: impl FnOnce(&mut TakeCache) -> R) -> Option<R> {
+        if self.busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            return None;
+        }
+        // SAFETY: our CAS turned `busy` from false to true: the cache is
+        // ours alone until the store below.
+        let r = self.cache.with_mut(|c| f(unsafe { &mut *c }));
+        self.busy.store(false, Ordering::Release);
+        Some(r)
+    }
+
     /// Takes an index through the cache, or from the pool while another
     /// thread is using the cache.
     #[inline(always)]
     pub(crate) fn take<T: Pooled>(&self, pool: &Pool<T>) -> u32 {
-        if self.busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
-            return pool.take();
-        }
-        // SAFETY: our CAS turned `busy` from false to true: the cache is
-        // ours alone until the store below.
-        let index = self.cache.with_mut(|c| unsafe { (*c).take(pool) });
-        self.busy.store(false, Ordering::Release);
-        index
+        self.try_with(|c| c.take(pool)).unwrap_or_else(|| pool.take())
     }
 
     /// Gives every cached index back to the pool, waiting for a taker that
     /// is using the cache (a few instructions) to finish.
     pub(crate) fn give_back<T: Pooled>(&self, pool: &Pool<T>) {
-        while self.busy.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
+        while self.try_with(|c| c.give_back(pool)).is_none() {
             crate::sync::spin_hint();
         }
-        // SAFETY: as in `take`.
-        self.cache.with_mut(|c| unsafe { (*c).give_back(pool) });
-        self.busy.store(false, Ordering::Release);
     }
 }
 

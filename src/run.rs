@@ -134,23 +134,22 @@ impl Core {
         let failure = if after_close {
             Some(OpError::new(opts.name, PUSHED_AT_SHUTDOWN))
         } else {
-            let ctx = RunContext {
-                ctx: opts.ctx,
-                worker: None,
-                ticket,
-                priority: opts.priority,
-                #[cfg(feature = "cuda")]
-                stream: None,
-            };
+            let ctx = RunContext { ticket, priority: opts.priority, ..RunContext::on_host(opts.ctx) };
             let outer = CURRENT_OP.with(|c| c.replace((self, UNQUEUED)));
             let outcome = catch_unwind(AssertUnwindSafe(|| body(&ctx)));
             CURRENT_OP.with(|c| c.set(outer));
             failure_of(opts.name, outcome)
         };
         if let Some(failure) = failure {
-            self.stats.failed();
-            self.first_error.record(&failure);
+            self.record_failure(&failure);
         }
+    }
+
+    /// Counts a failed operation and keeps its failure for `wait_all`.
+    #[inline]
+    fn record_failure(&self, failure: &Arc<OpError>) {
+        self.stats.failed();
+        self.first_error.record(failure);
     }
 
     /// The failure that makes `block` skip its body, if any.
@@ -275,8 +274,7 @@ impl Core {
         }
         if let Some(failure) = failure {
             if !matches!(meta.kind, OprKind::Wait(_)) {
-                self.stats.failed();
-                self.first_error.record(failure);
+                self.record_failure(failure);
             }
         }
         if meta.rejected.is_some() {

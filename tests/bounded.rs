@@ -121,10 +121,11 @@ fn a_held_pusher_leaves_ready_work_to_the_workers() {
 type Ran = (&'static str, u64, Option<usize>);
 
 /// What runs inside its push at the cap takes no operation block, and is
-/// still an operation of the engine: it takes its place in the ticket order, its failure reaches
-/// `wait_all` under its name, a `wait_all` inside it is refused as inside
-/// any body, a wait on a variable it does not hold is not, and the
-/// statistics count it as pushed, finished and run off the workers.
+/// still an operation of the engine: it takes its place in the ticket
+/// order, its failure reaches `wait_all` under its name, a `wait_all`
+/// inside it is refused as inside any body, a wait on a variable it does
+/// not hold is not, and the statistics count it as pushed, finished and
+/// run off the workers.
 #[test]
 fn an_operation_run_inside_its_push_keeps_its_ticket_and_its_failure() {
     for kind in [EngineKind::Pooled, EngineKind::PerDevice] {

@@ -47,8 +47,7 @@ fn each_worker_runs_on_the_cpu_it_is_pinned_to() {
     // On a busy machine the pusher's wait_all (which helps) may run a
     // whole round itself before a worker thread is scheduled: push rounds
     // until the workers have run something, for a bounded time.
-    let start = std::time::Instant::now();
-    while seen.lock().unwrap().is_empty() && start.elapsed() < std::time::Duration::from_secs(20) {
+    eventually(Duration::from_secs(20), || {
         for i in 0..2_000 {
             let s = seen.clone();
             let body = move |ctx: &depengine::RunContext| {
@@ -61,7 +60,8 @@ fn each_worker_runs_on_the_cpu_it_is_pinned_to() {
             engine.push_sync(body, &[], &[vars[i % 8]]).unwrap();
         }
         engine.wait_all().unwrap();
-    }
+        !seen.lock().unwrap().is_empty()
+    });
     let seen = seen.lock().unwrap();
     assert!(!seen.is_empty(), "the workers ran something");
     for &(worker, cpu) in seen.iter() {

@@ -297,7 +297,12 @@ impl EngineBuilder {
     /// On the `pooled` and `per_device` engines the held pusher yields its
     /// core to the workers rather than running their work (one worker per
     /// core already uses every core; PERF.md, "Changes of 2026-11-24,
-    /// fourth round"), with one exception: a synchronous `Normal` CPU
+    /// fourth round"). On `pooled`, whose workers the OS may move, a
+    /// pusher whose yields come back at once while ready work waits sleeps
+    /// instead until the workers have drained a quarter of the cap (when
+    /// they drain slowly enough for a sleep to pay), so that its core can
+    /// run a worker ([`EngineStats::throttle_sleeps`](crate::EngineStats::throttle_sleeps);
+    /// PERF.md, "…, sixth round"). There is one exception to the waiting: a synchronous `Normal` CPU
     /// push with no variables that would take the engine to the cap runs
     /// its body on the pushing thread, inside the push, with no operation
     /// block and no queue, as libgomp runs an undeferred task: queuing it

@@ -53,11 +53,6 @@ pub(crate) struct UnqueuedTicket {
 /// The failure of an operation the engine's closing was linearized before.
 pub(crate) const PUSHED_AT_SHUTDOWN: &str = "pushed while the engine shut down";
 
-/// Yields without progress (the pending count did not fall) a throttled
-/// pusher tolerates before it gives up waiting (each yield is a few µs at
-/// most; see `Core::throttle`).
-const THROTTLE_IDLE_LIMIT: u32 = 200;
-
 /// Operations made ready while dispatching, threaded through their `link`
 /// and scheduled once the combiner has let go.
 struct ReadyList {
@@ -100,8 +95,8 @@ pub(crate) struct Core {
     pub(crate) profiler: Profiler,
     /// Hang diagnosis, when on (`diagnose.rs`).
     pub(crate) diagnosis: Option<Diagnosis>,
-    /// The pending-operation cap (0: none); see `throttle`.
-    max_pending: u64,
+    /// The pending-operation cap (0: none); see `throttle.rs`.
+    pub(crate) max_pending: u64,
     /// The GPU rings (none without a device) and the fences' lanes.
     #[cfg(feature = "cuda")]
     pub(crate) gpu: Arc<crate::gpu::GpuRings>,
@@ -321,7 +316,7 @@ impl Core {
     }
 
     /// Whether the calling thread is running a body of this engine.
-    fn in_own_body(&self) -> bool {
+    pub(crate) fn in_own_body(&self) -> bool {
         std::ptr::eq(CURRENT_OP.with(|c| c.get()).0, self)
     }
 
@@ -370,37 +365,6 @@ impl Core {
         );
         self.schedule_list(ready);
         Ok(ticket.map(|ticket| UnqueuedTicket { ticket, after_close }))
-    }
-
-    /// Bounded memory: a pusher above the cap waits until it is back under
-    /// it, running ready work meanwhile where the executor wants that
-    /// (`Executor::throttled_pushers_help`). It never waits long without
-    /// progress (a bounded number of yields during which the count did not
-    /// fall and it ran nothing), so it cannot deadlock a program that holds
-    /// completions on purpose. Never inside a body (its own operation is
-    /// pending).
-    #[cold]
-    fn throttle(&self) {
-        if self.in_own_body() {
-            return;
-        }
-        self.stats.throttled();
-        let helps = self.executor.throttled_pushers_help();
-        let mut idle = 0u32;
-        let mut last = self.pending();
-        while last >= self.max_pending && idle < THROTTLE_IDLE_LIMIT {
-            if helps && self.help_once() {
-                idle = 0;
-            } else {
-                idle += 1;
-                std::thread::yield_now();
-            }
-            let now = self.pending();
-            if now < last {
-                idle = 0;
-            }
-            last = now;
-        }
     }
 
     /// Schedules what a combining pass found ready (after it let go).
@@ -585,7 +549,7 @@ impl Core {
 
     /// Runs one ready operation on this (non-worker, or waiting) thread if
     /// the executor has one, counting it; returns whether it ran one.
-    fn help_once(&self) -> bool {
+    pub(crate) fn help_once(&self) -> bool {
         let ran = self.executor.help(self);
         if ran {
             self.stats.helped();

@@ -70,6 +70,9 @@ pub struct EngineStats {
     pub wakeups: u64,
     /// Pushes held back by the pending cap ([`EngineBuilder::max_pending`](crate::EngineBuilder::max_pending)).
     pub throttled: u64,
+    /// Of `throttled`: the times a held pusher slept until the workers had
+    /// drained a quarter of the cap, instead of yielding (`throttle.rs`).
+    pub throttle_sleeps: u64,
     /// Most operations pushed and not finished at once, as seen by pushes
     /// (tracked while the pending cap is on, the default).
     pub pending_high_water: u64,
@@ -100,6 +103,7 @@ struct SharedShard {
     waits: AtomicU64,
     waits_at_once: AtomicU64,
     throttled: AtomicU64,
+    throttle_sleeps: AtomicU64,
 }
 
 /// An engine's live counters (see the module docs).
@@ -171,6 +175,10 @@ impl Stats {
         self.shared.throttled.fetch_add(1, Relaxed);
     }
 
+    pub(crate) fn throttle_slept(&self) {
+        self.shared.throttle_sleeps.fetch_add(1, Relaxed);
+    }
+
     #[inline]
     pub(crate) fn note_pending(&self, pending: u64) {
         self.pending_high_water.note(pending);
@@ -186,6 +194,7 @@ impl Stats {
         s.waits = self.shared.waits.load(Relaxed);
         s.waits_at_once = self.shared.waits_at_once.load(Relaxed);
         s.throttled = self.shared.throttled.load(Relaxed);
+        s.throttle_sleeps = self.shared.throttle_sleeps.load(Relaxed);
         s.pending_high_water = self.pending_high_water.get();
     }
 }
@@ -246,11 +255,12 @@ impl std::fmt::Display for EngineStats {
         )?;
         write!(
             f,
-            "workers: {} parks, {} wake-ups; {} pushes throttled; high water: {} pending, {} ready; \
+            "workers: {} parks, {} wake-ups; {} pushes throttled ({} slept); high water: {} pending, {} ready; \
              pools: {} op blocks ({} live), {} var blocks live, {} vars live",
             self.parks,
             self.wakeups,
             self.throttled,
+            self.throttle_sleeps,
             self.pending_high_water,
             self.ready_high_water,
             p.op_blocks_created,

@@ -74,6 +74,42 @@ pub(crate) fn futex_wait(word: &AtomicU32, expected: u32) {
     loom_futex::wait(word, expected);
 }
 
+/// Blocks while `word` holds `expected`, for at most `timeout` (spurious
+/// and timed-out returns are allowed: callers re-check). Woken by
+/// [`futex_wake_one`] and [`futex_wake_all`] like [`futex_wait`].
+pub(crate) fn futex_wait_for(word: &AtomicU32, expected: u32, timeout: std::time::Duration) {
+    #[cfg(all(not(depengine_loom), target_os = "linux"))]
+    {
+        let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as _ };
+        // SAFETY: FUTEX_WAIT reads the aligned 32-bit word behind `word`,
+        // which lives for the whole call, and the timespec on this stack;
+        // it writes neither. The private flag matches atomic-wait's wakes.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                word.as_ptr(),
+                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                expected,
+                &ts as *const libc::timespec,
+            );
+        }
+    }
+    #[cfg(all(not(depengine_loom), not(target_os = "linux")))]
+    {
+        let _ = (word, expected);
+        std::thread::sleep(timeout.min(std::time::Duration::from_micros(50)));
+    }
+    // Under loom a timed wait blocks like an untimed one: a model then
+    // shows that the wake-up its caller relies on comes (a lost one is a
+    // deadlock, which loom reports). The timeout is the real build's
+    // safety net only.
+    #[cfg(depengine_loom)]
+    {
+        let _ = timeout;
+        loom_futex::wait(word, expected);
+    }
+}
+
 /// Wakes one thread blocked in [`futex_wait`] on `word`.
 #[inline]
 pub(crate) fn futex_wake_one(word: &AtomicU32) {

@@ -19,8 +19,10 @@ use crate::dispatch::Dispatcher;
 use crate::error::OpError;
 use crate::pool::Pooled;
 use crate::sync::{
-    futex_wait, futex_wake_all, loom_sc_fence, spin_hint, AtomicPtr, AtomicU32, AtomicU64, Ordering, UnsafeCell,
+    futex_wait, futex_wait_for, futex_wake_all, loom_sc_fence, spin_hint, AtomicPtr, AtomicU32, AtomicU64, Ordering,
+    UnsafeCell,
 };
+use crate::throttle::DrainRate;
 use crossbeam_utils::CachePadded;
 use std::sync::Arc;
 
@@ -65,6 +67,13 @@ pub(crate) struct PendingCounter {
     finished: CachePadded<AtomicU64>,
     epoch: AtomicU32,
     sleepers: AtomicU32,
+    /// The finished count a throttled pusher sleeps for (0: none asleep);
+    /// see [`sleep_until_finished`](Self::sleep_until_finished). Beside
+    /// `sleepers`, which every `done` reads already.
+    wake_at: AtomicU64,
+    /// How fast the count rises, as throttled pushers see it (in the
+    /// padding of the line above: the struct keeps its size).
+    pub(crate) drain_rate: DrainRate,
 }
 
 impl Default for PendingCounter {
@@ -73,21 +82,73 @@ impl Default for PendingCounter {
             finished: CachePadded::new(AtomicU64::new(0)),
             epoch: AtomicU32::new(0),
             sleepers: AtomicU32::new(0),
+            wake_at: AtomicU64::new(0),
+            drain_rate: DrainRate::default(),
         }
     }
 }
 
 impl PendingCounter {
     /// `n` operations finished; wakes `wait_all` sleepers when that leaves
-    /// none of the `dispatched()` ones pending.
+    /// none of the `dispatched()` ones pending, and a throttled pusher when
+    /// the count reaches the one it sleeps for.
     #[inline]
     pub(crate) fn done(&self, n: u64, dispatched: impl FnOnce() -> u64) {
         let finished = self.finished.fetch_add(n, Ordering::SeqCst) + n;
         loom_sc_fence();
         if self.sleepers.load(Ordering::SeqCst) > 0 && finished == dispatched() {
-            self.epoch.fetch_add(1, Ordering::Release);
-            futex_wake_all(&self.epoch);
+            self.wake_all();
+            return;
         }
+        let wake_at = self.wake_at.load(Ordering::SeqCst);
+        if wake_at != 0
+            && finished >= wake_at
+            && self.wake_at.compare_exchange(wake_at, 0, Ordering::SeqCst, Ordering::Relaxed).is_ok()
+        {
+            self.wake_all();
+        }
+    }
+
+    /// Wakes every thread asleep on the count (waits for all, throttled
+    /// pushers); each re-checks its own condition.
+    fn wake_all(&self) {
+        self.epoch.fetch_add(1, Ordering::Release);
+        futex_wake_all(&self.epoch);
+    }
+
+    /// Operations finished so far.
+    #[inline]
+    pub(crate) fn finished(&self) -> u64 {
+        self.finished.load(Ordering::SeqCst)
+    }
+
+    /// A throttled pusher sleeps until `target` operations have finished
+    /// or `timeout` has passed, whichever comes first (spurious returns
+    /// are possible: the caller re-checks). Several may sleep at once: the
+    /// lowest target is armed, and each woken pusher re-arms its own.
+    ///
+    /// The protocol is the module's: the pusher arms `wake_at` (SeqCst),
+    /// then re-checks `finished`; `done` adds to `finished` (SeqCst), then
+    /// reads `wake_at`. Whichever comes second sees the other, so the
+    /// pusher either does not sleep or is woken (the disarming CAS admits
+    /// one waker per arming).
+    pub(crate) fn sleep_until_finished(&self, target: u64, timeout: std::time::Duration) {
+        debug_assert!(target != 0);
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let mut armed = self.wake_at.load(Ordering::Relaxed);
+        while armed == 0 || armed > target {
+            match self.wake_at.compare_exchange_weak(armed, target, Ordering::SeqCst, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(now) => armed = now,
+            }
+        }
+        loom_sc_fence();
+        if self.finished.load(Ordering::SeqCst) < target {
+            futex_wait_for(&self.epoch, epoch, timeout);
+        }
+        // Disarm what is still ours (timed out, or woken for another
+        // sleeper's lower target); a later sleeper re-arms its own.
+        let _ = self.wake_at.compare_exchange(target, 0, Ordering::SeqCst, Ordering::Relaxed);
     }
 
     /// Operations dispatched and not finished.
@@ -229,5 +290,89 @@ impl FirstError {
 impl Drop for FirstError {
     fn drop(&mut self) {
         drop(self.take());
+    }
+}
+
+#[cfg(all(test, not(depengine_loom)))]
+mod tests {
+    use super::PendingCounter;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    /// Long enough that only a lost wake-up reaches it.
+    const NEVER: Duration = Duration::from_secs(60);
+
+    /// A throttled pusher's sleep ends when the count reaches its target,
+    /// not at its timeout; the target it armed is disarmed after.
+    #[test]
+    fn a_sleeping_pusher_is_woken_by_the_completion_that_reaches_its_target() {
+        let counter = Arc::new(PendingCounter::default());
+        let sleeper = {
+            let counter = counter.clone();
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                // (A futex may return spuriously: the caller re-checks.)
+                while counter.finished() < 3 {
+                    counter.sleep_until_finished(3, NEVER);
+                }
+                start.elapsed()
+            })
+        };
+        // Finish one at a time, giving the sleeper time to arm and sleep.
+        for _ in 0..3 {
+            std::thread::sleep(Duration::from_millis(20));
+            counter.done(1, || 10);
+        }
+        let slept = sleeper.join().unwrap();
+        assert!(slept < NEVER / 2, "woken only by the timeout after {slept:?}");
+        assert_eq!(counter.wake_at.load(std::sync::atomic::Ordering::SeqCst), 0, "left armed");
+    }
+
+    /// A target already reached: no sleep at all. A target never reached:
+    /// the timeout ends the sleep, which disarms it (so later completions
+    /// do not issue wake-ups for nobody).
+    #[test]
+    fn a_reached_target_returns_at_once_and_a_timed_out_one_disarms() {
+        let counter = PendingCounter::default();
+        counter.done(2, || 10);
+        let start = Instant::now();
+        counter.sleep_until_finished(2, NEVER);
+        assert!(start.elapsed() < NEVER / 2);
+        counter.sleep_until_finished(5, Duration::from_millis(5));
+        assert_eq!(counter.wake_at.load(std::sync::atomic::Ordering::SeqCst), 0, "left armed");
+        assert_eq!(counter.finished(), 2);
+    }
+
+    /// The throttle's fields live in the padding after `finished`: the
+    /// counter (and so the engine core's layout) keeps its two line pairs.
+    #[test]
+    fn the_throttle_fields_fit_in_the_padding() {
+        assert_eq!(std::mem::size_of::<PendingCounter>(), 256);
+    }
+}
+
+/// Loom model of the throttled pusher's sleep (`--cfg depengine_loom`,
+/// where a timed futex wait blocks like an untimed one): the completion
+/// that reaches the target always wakes the sleeper.
+#[cfg(all(test, depengine_loom))]
+mod loom_models {
+    use super::PendingCounter;
+    use loom::sync::Arc;
+
+    #[test]
+    fn a_throttled_pusher_never_sleeps_through_its_target() {
+        loom::model(|| {
+            let counter = Arc::new(PendingCounter::default());
+            let finisher = {
+                let counter = counter.clone();
+                loom::thread::spawn(move || {
+                    counter.done(1, || 4);
+                    counter.done(1, || 4);
+                })
+            };
+            counter.sleep_until_finished(2, std::time::Duration::from_secs(1));
+            finisher.join().unwrap();
+            assert_eq!(counter.finished(), 2);
+        });
     }
 }

@@ -125,6 +125,14 @@ pub(crate) trait Executor: Send + Sync {
         true
     }
 
+    /// Whether ready operations wait for workers that the OS may move
+    /// between cores: a core the calling thread leaves idle would then
+    /// run them (a throttled pusher sleeps rather than yields only then,
+    /// `throttle.rs`). Pinned workers cannot move: no.
+    fn movable_work_waiting(&self) -> bool {
+        false
+    }
+
     /// Whether a synchronous `Normal` CPU push with no variables that would
     /// take the engine to the pending cap runs its body on the pushing
     /// thread, inside the push (`Core::unqueued_ticket`), instead of

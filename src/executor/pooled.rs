@@ -256,6 +256,10 @@ impl Executor for PooledExecutor {
         false
     }
 
+    fn movable_work_waiting(&self) -> bool {
+        !self.normal.ring.is_empty()
+    }
+
     fn help(&self, core: &Core) -> bool {
         if run_queued_one() {
             return true;

@@ -1,0 +1,139 @@
+//! Bounded memory (SPEC §3): what a pusher does above the pending cap.
+//!
+//! A push that leaves more than `max_pending` operations pending (dispatched
+//! and not finished) is *throttled*: before it returns, its thread waits
+//! until the count is back under the cap.
+//!
+//! - **Helping or waiting.** Executors whose ready work only waiting threads
+//!   run (`naive`, random-order mode) make it help: it runs ready operations
+//!   meanwhile. Those whose workers take one core each make it wait
+//!   (`Executor::throttled_pushers_help`): a helping pusher only takes turns
+//!   with a worker.
+//! - **Yielding or sleeping.** A waiting pusher yields its core. A yield that
+//!   comes back at once (under [`ALONE_YIELD`]) found no other thread
+//!   wanting the core, so yielding on would keep that core busy for nothing;
+//!   with workers the scheduler may move (pooled's) and ready work waiting
+//!   for them (`Executor::movable_work_waiting`), it can keep both workers
+//!   on the other core for the rest of a run. Then, if the workers drain
+//!   slowly enough that a sleep pays ([`DrainRate`], [`SLEEP_PAYS`]), the
+//!   pusher sleeps on the finished count until a quarter of the cap has
+//!   drained: the completion that gets there wakes it
+//!   (`PendingCounter::sleep_until_finished`), and [`SLEEP_LIMIT`] bounds a
+//!   sleep that no completion ends.
+//! - **Never stuck.** A program may hold completions on purpose and signal
+//!   them only after pushing more. The wait therefore gives up after
+//!   [`IDLE_LIMIT`] yields during which the count did not fall and the
+//!   thread ran nothing, and a pusher sleeps only while operations are
+//!   finishing (the drain rate has an estimate; after a sleep that ended
+//!   with none finished it only yields). A body's pushes are never
+//!   throttled: its own operation is pending.
+
+use crate::core::Core;
+// An estimate that orders nothing: std atomics, which loom does not explore
+// (as for the statistics).
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Yields without progress (the pending count did not fall) a throttled
+/// pusher tolerates before it gives up waiting (each is a few µs at most).
+const IDLE_LIMIT: u32 = 200;
+
+/// A yield that comes back sooner than this found no other thread wanting
+/// the pusher's core.
+const ALONE_YIELD: Duration = Duration::from_micros(5);
+
+/// A throttled pusher sleeps only if the workers need at least this long
+/// to drain a quarter of the cap: a futex sleep and its wake-up cost tens
+/// of µs, and a pusher woken late lets the workers run dry.
+const SLEEP_PAYS: Duration = Duration::from_micros(100);
+
+/// The longest a throttled pusher sleeps in one go.
+const SLEEP_LIMIT: Duration = Duration::from_millis(1);
+
+/// Drain rates are measured over spans at least this long...
+const RATE_SPAN_MIN: Duration = Duration::from_micros(50);
+
+/// ...and the span starts afresh once it is this old.
+const RATE_SPAN_RESTART: Duration = Duration::from_millis(1);
+
+/// How fast the workers finish operations, as throttled pushers see it: the
+/// finished count and the time at the start of the current span. Touched
+/// only by throttled pushers (relaxed: an estimate, and two racing pushers
+/// at worst mix two recent spans).
+pub(crate) struct DrainRate {
+    origin: Instant,
+    span_finished: AtomicU64,
+    span_nanos: AtomicU64,
+}
+
+impl Default for DrainRate {
+    fn default() -> Self {
+        DrainRate { origin: Instant::now(), span_finished: AtomicU64::new(0), span_nanos: AtomicU64::new(0) }
+    }
+}
+
+impl DrainRate {
+    /// With `finished` operations finished now: the time the workers took
+    /// per operation over the current span, if the span is long enough and
+    /// any finished in it (none: they are not draining, or are held).
+    pub(crate) fn time_per_op(&self, finished: u64) -> Option<Duration> {
+        let now = self.origin.elapsed().as_nanos() as u64;
+        let (then, start) = (self.span_finished.load(Ordering::Relaxed), self.span_nanos.load(Ordering::Relaxed));
+        let (done, took) = (finished.saturating_sub(then), now.saturating_sub(start));
+        if took >= RATE_SPAN_RESTART.as_nanos() as u64 {
+            self.span_finished.store(finished, Ordering::Relaxed);
+            self.span_nanos.store(now, Ordering::Relaxed);
+        }
+        if done == 0 || took < RATE_SPAN_MIN.as_nanos() as u64 {
+            return None;
+        }
+        Some(Duration::from_nanos(took / done))
+    }
+}
+
+impl Core {
+    /// Waits above the pending cap until the count is back under it (see
+    /// the module docs).
+    #[cold]
+    pub(crate) fn throttle(&self) {
+        if self.in_own_body() {
+            return;
+        }
+        self.stats.throttled();
+        let helps = self.executor.throttled_pushers_help();
+        let quarter = (self.max_pending / 4).max(1);
+        let mut sleep_pays = self
+            .pending
+            .drain_rate
+            .time_per_op(self.pending.finished())
+            .is_some_and(|per_op| per_op.saturating_mul(quarter.min(u32::MAX as u64) as u32) >= SLEEP_PAYS);
+        let mut idle = 0u32;
+        let mut last = self.pending();
+        while last >= self.max_pending && idle < IDLE_LIMIT {
+            let mut slept = false;
+            if helps && self.help_once() {
+                idle = 0;
+            } else {
+                idle += 1;
+                let yielded = Instant::now();
+                std::thread::yield_now();
+                if sleep_pays && yielded.elapsed() < ALONE_YIELD && self.executor.movable_work_waiting() {
+                    // Until the count is a quarter of the cap under it.
+                    self.stats.throttle_slept();
+                    let drain = last + quarter - self.max_pending;
+                    self.pending.sleep_until_finished(self.pending.finished() + drain + 1, SLEEP_LIMIT);
+                    slept = true;
+                }
+            }
+            let now = self.pending();
+            if now < last {
+                idle = 0;
+            } else if slept {
+                // Timed out with nothing finished: the workers stopped
+                // draining (held on purpose?). Yield from now on.
+                sleep_pays = false;
+            }
+            last = now;
+        }
+    }
+}

@@ -40,7 +40,7 @@ const IDLE_LIMIT: u32 = 200;
 
 /// A yield that comes back sooner than this found no other thread wanting
 /// the pusher's core.
-const ALONE_YIELD: Duration = Duration::from_micros(5);
+const ALONE_YIELD: Duration = Duration::from_micros(20);
 
 /// A throttled pusher sleeps only if the workers need at least this long
 /// to drain a quarter of the cap: a futex sleep and its wake-up cost tens
@@ -118,11 +118,7 @@ impl Core {
                 let yielded = Instant::now();
                 std::thread::yield_now();
                 if sleep_pays && yielded.elapsed() < ALONE_YIELD && self.executor.movable_work_waiting() {
-                    // Until the count is a quarter of the cap under it.
-                    self.stats.throttle_slept();
-                    let drain = last + quarter - self.max_pending;
-                    self.pending.sleep_until_finished(self.pending.finished() + drain + 1, SLEEP_LIMIT);
-                    slept = true;
+                    slept = self.sleep_to_low_water(quarter);
                 }
             }
             let now = self.pending();
@@ -135,5 +131,23 @@ impl Core {
             }
             last = now;
         }
+    }
+
+    /// Sleeps until the pending count is a quarter of the cap under it;
+    /// returns whether it slept (not if the count is there already).
+    fn sleep_to_low_water(&self, quarter: u64) -> bool {
+        let low_water = self.max_pending - quarter;
+        // Finished first: `pending`, read after, already counts what
+        // finished in between as done, so the target is at most `pending`
+        // completions away (reachable) and is reached at the low water or
+        // sooner (pushes from other threads aside).
+        let finished = self.pending.finished();
+        let pending = self.pending();
+        if pending <= low_water {
+            return false;
+        }
+        self.stats.throttle_slept();
+        self.pending.sleep_until_finished(finished + (pending - low_water), SLEEP_LIMIT);
+        true
     }
 }

@@ -8,6 +8,10 @@ use std::time::{Duration, Instant};
 /// Polls between two looks at the clock while spinning.
 const SPIN_POLLS: u32 = if cfg!(depengine_loom) { 1 } else { 64 };
 
+/// How long a spinner leaves work to the thread that pushed it, which may
+/// be about to wait for it and run it itself ([`Sleep::spin_with_grace`]).
+pub(crate) const WAITER_GRACE: Duration = Duration::from_nanos(300);
+
 /// The spinning state's loop: polls `found` for up to `spin`, yielding the
 /// core between rounds (with as many workers as cores, the pushing thread
 /// may be waiting for this one). Returns whether work appeared.
@@ -29,16 +33,29 @@ pub(crate) fn spin_for(spin: Duration, found: impl Fn() -> bool) -> bool {
 
 crate::sync::thread_local! {
     /// Set when this thread waits on an engine; cleared by the first
-    /// publish after that which finds a pinned worker spinning (see
-    /// `Sleep::notify_one`).
+    /// publish after that which relies on it ([`take_waited`]).
     static WAITED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// The calling thread waits on an engine (`wait_var`, `wait_to_write`,
-/// `wait_all`): its next publish may rely on a spinning pinned worker
-/// without checking that the spinner runs (`notify_one`).
+/// `wait_all`): it is likely to wait again right after its next publish
+/// (a push-then-wait round trip) and then run the operation itself. So
+/// that publish may rely on a spinning pinned worker without checking that
+/// the spinner runs (`notify_one`), and the pooled executor marks it for
+/// the spinner to leave alone (`WAITER_GRACE`).
 pub(crate) fn note_waited() {
     WAITED.with(|w| w.set(true));
+}
+
+/// Whether the calling thread has waited on an engine since a publish
+/// last relied on that (see [`note_waited`]).
+pub(crate) fn waited() -> bool {
+    WAITED.with(|w| w.get())
+}
+
+/// [`waited`], clearing the note: the caller relies on it.
+pub(crate) fn take_waited() -> bool {
+    WAITED.with(|w| w.replace(false))
 }
 
 /// Workers of a pool of `workers` that may spin at once: half of them, but
@@ -108,6 +125,42 @@ impl Sleep {
         })
     }
 
+    /// [`Sleep::spin`] for an executor with work a spinner may leave to
+    /// the thread that pushed it: `urgent()` work is taken at once; other
+    /// work (`present()`) is looked at once when it appears, and if
+    /// `leave()` says it is work whose pusher is about to wait for it and
+    /// run it itself (`Executor::help`), the spinner takes it only if it is
+    /// still there after [`WAITER_GRACE`], keeping such a round trip on one
+    /// core. `leave` is asked once per appearance, not at every poll: it
+    /// reads more lines than `present`, lines the pusher and the waiter
+    /// are about to write.
+    pub(crate) fn spin_with_grace(
+        &self,
+        spin: Duration,
+        urgent: impl Fn() -> bool,
+        present: impl Fn() -> bool,
+        leave: impl Fn() -> bool,
+    ) -> bool {
+        let since: Cell<Option<Instant>> = Cell::new(None);
+        self.spin(spin, || {
+            if urgent() {
+                return true;
+            }
+            if !present() {
+                since.set(None);
+                return false;
+            }
+            match since.get() {
+                Some(first) => first.elapsed() >= WAITER_GRACE,
+                None if leave() => {
+                    since.set(Some(Instant::now()));
+                    false
+                }
+                None => true,
+            }
+        })
+    }
+
     /// **spinning → running / parking**.
     pub(crate) fn stop_spinning(&self) {
         self.spinning.fetch_sub(1, Ordering::SeqCst);
@@ -153,7 +206,7 @@ impl Sleep {
             // check below, whose store and the spinner's clear are two
             // line transfers on that round trip. A thread that publishes
             // again without waiting checks as usual.
-            if WAITED.with(|w| w.replace(false)) {
+            if take_waited() {
                 return false;
             }
             // Only ever adds wake-ups to the protocol below, so it cannot
@@ -192,11 +245,103 @@ impl Sleep {
 
 #[cfg(all(test, not(depengine_loom)))]
 mod tests {
-    use super::max_spinners;
+    use super::{max_spinners, Sleep, WAITER_GRACE};
+    use std::cell::Cell;
+    use std::time::{Duration, Instant};
 
     #[test]
     fn half_the_workers_spin_but_at_least_two() {
         let got: Vec<u32> = [0, 1, 2, 3, 4, 8, 64].iter().map(|&w| max_spinners(w)).collect();
         assert_eq!(got, [1, 1, 2, 2, 2, 4, 32]);
+    }
+
+    const LONG_SPIN: Duration = Duration::from_secs(5);
+
+    /// Work left to its pusher is found only once the grace has passed,
+    /// and whether to leave it is asked once, not at every poll.
+    #[test]
+    fn work_left_to_its_pusher_is_taken_after_the_grace() {
+        let sleep = Sleep::new(2, false);
+        let asked = Cell::new(0);
+        let start = Instant::now();
+        let found = sleep.spin_with_grace(
+            LONG_SPIN,
+            || false,
+            || true,
+            || {
+                asked.set(asked.get() + 1);
+                true
+            },
+        );
+        assert!(found);
+        assert!(start.elapsed() >= WAITER_GRACE, "taken after {:?}", start.elapsed());
+        assert_eq!(asked.get(), 1);
+    }
+
+    /// Work its pusher does not wait for is taken at the first look, and
+    /// urgent work without asking about the rest.
+    #[test]
+    fn other_work_is_taken_at_once() {
+        let sleep = Sleep::new(2, false);
+        let polls = Cell::new(0);
+        let found = sleep.spin_with_grace(
+            LONG_SPIN,
+            || false,
+            || {
+                polls.set(polls.get() + 1);
+                true
+            },
+            || false,
+        );
+        assert!(found && polls.get() == 1, "found {found} after {} polls", polls.get());
+        let asked = Cell::new(false);
+        let found = sleep.spin_with_grace(
+            LONG_SPIN,
+            || true,
+            || true,
+            || {
+                asked.set(true);
+                true
+            },
+        );
+        assert!(found && !asked.get());
+    }
+
+    /// Work that its pusher took within the grace is not found, and a new
+    /// appearance is looked at afresh (here: not left, so taken at once).
+    #[test]
+    fn work_taken_in_the_grace_is_not_found_and_new_work_is_asked_about_again() {
+        let sleep = Sleep::new(2, false);
+        let polls = Cell::new(0u32);
+        let asked = Cell::new(0);
+        // Present at the first poll (then its pusher takes it), gone at
+        // the next two, present again from the fourth on.
+        let found = sleep.spin_with_grace(
+            LONG_SPIN,
+            || false,
+            || {
+                polls.set(polls.get() + 1);
+                !(2..=3).contains(&polls.get())
+            },
+            || {
+                asked.set(asked.get() + 1);
+                asked.get() == 1
+            },
+        );
+        assert!(found);
+        assert_eq!((asked.get(), polls.get()), (2, 4));
+        // Never reappearing: the spin runs out.
+        let (polls, spin) = (Cell::new(0u32), Duration::from_millis(1));
+        let start = Instant::now();
+        let found = sleep.spin_with_grace(
+            spin,
+            || false,
+            || {
+                polls.set(polls.get() + 1);
+                polls.get() <= 2
+            },
+            || true,
+        );
+        assert!(!found && start.elapsed() >= spin);
     }
 }

@@ -50,18 +50,19 @@
 //! injector or the priority pool wakes a parked worker unless one is
 //! spinning; a spinner that finds work wakes a parked worker before it
 //! takes it, since it may have been the only one told about several. A
-//! spinner leaves work that sits only in an injector alone for
-//! [`INJECTED_GRACE`] (300 ns): a thread that pushes an operation and then
-//! waits for it runs it itself when it gets there first (`help`), so the
-//! round trip stays on one core (pingpong p99 about 20 % lower, A/B in
-//! PERF.md); work in deques or the priority pool is taken at once. A worker's own push
+//! push from a thread that has just waited on the engine is marked in the
+//! injector, and a spinner leaves such an operation alone for
+//! [`WAITER_GRACE`](super::park::WAITER_GRACE) (300 ns) while it is the
+//! only one there: that thread most likely waits for it next and runs it
+//! itself (`help`), so the round trip stays on one core (pingpong p99
+//! about 20 % lower, A/B in PERF.md); all other work is taken at once. A worker's own push
 //! wakes one only when its deque already held work or the push comes from
 //! inside a running body (which may run long): a chain released by
 //! completions never pays for a wake-up, and otherwise nothing ready is
 //! left waiting while a worker sleeps.
 
 use super::inline::{run_inline, run_queued_one};
-use super::park::Sleep;
+use super::park::{take_waited, waited, Sleep};
 use super::priority::PriorityPool;
 use super::ready_ring::ReadyRing;
 use super::AbortOnUnwind;
@@ -76,7 +77,7 @@ use crossbeam_deque::{Steal, Stealer, Worker};
 use std::cell::Cell;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Operations a worker keeps in its own deque (crossbeam's initial
 /// capacity, so the deque never reallocates).
@@ -122,10 +123,6 @@ crate::sync::thread_local! {
     /// The NUMA node a non-worker thread pushes to (`usize::MAX`: not yet read).
     static HOME_NODE: Cell<usize> = const { Cell::new(usize::MAX) };
 }
-
-/// How long a spinning worker leaves an operation that a non-worker thread
-/// pushed to an injector to that thread (see `Shared::idle`).
-const INJECTED_GRACE: Duration = Duration::from_nanos(300);
 
 /// The per_device CPU executor (see the module docs).
 pub(crate) struct PerDeviceExecutor {
@@ -272,24 +269,16 @@ impl Shared {
     /// then parks until work is published. Returns `false` when stopping.
     fn idle(&self) -> bool {
         if self.sleep.try_start_spinning() {
-            // Work that only sits in an injector was pushed by a thread that
-            // is not a worker, and that thread may be about to wait for it
-            // and run it itself (`help`): the spinner leaves it alone for
-            // `INJECTED_GRACE` first, so that such a round trip stays on
-            // one core.
-            let since: Cell<Option<Instant>> = Cell::new(None);
-            let found = self.sleep.spin(self.spin, || {
-                if self.priority.may_have_work() || self.stealers.iter().any(|s| !s.is_empty()) {
-                    return true;
-                }
-                if self.injectors.iter().all(|q| q.is_empty()) {
-                    since.set(None);
-                    return false;
-                }
-                let first = since.get().unwrap_or_else(Instant::now);
-                since.set(Some(first));
-                first.elapsed() >= INJECTED_GRACE
-            });
+            // An operation that sits alone in an injector, marked by the
+            // thread that pushed it as one it is about to wait for and run
+            // itself (`help`), is left alone for `WAITER_GRACE` first, so
+            // that such a round trip stays on one core.
+            let found = self.sleep.spin_with_grace(
+                self.spin,
+                || self.priority.may_have_work() || self.stealers.iter().any(|s| !s.is_empty()),
+                || self.injectors.iter().any(|q| !q.is_empty()),
+                || self.injectors.iter().all(|q| q.is_empty() || q.only_marked()),
+            );
             self.sleep.stop_spinning();
             if found {
                 // Publishers skip the wake-up while a worker spins, so the
@@ -419,9 +408,16 @@ impl Executor for PerDeviceExecutor {
                 _ => shared.home_node(),
             },
         };
-        match shared.injectors[node].push(op) {
+        // Marked when this thread has just waited on the engine: it will
+        // most likely wait for this operation next. Only its first push
+        // after the wait is marked; `notify_one` reads the note first.
+        let for_waiter = waited();
+        match shared.injectors[node].push_marked(op, for_waiter) {
             Ok(()) => shared.wake_one(),
             Err(op) => run_inline(core, op),
+        }
+        if for_waiter {
+            take_waited();
         }
     }
 

@@ -14,10 +14,19 @@
 //!   runs its body on the pusher, inside the push, with no block and no
 //!   queue (`Core::unqueued_ticket`).
 //!
-//! Idle workers spin for the configured time, then park (`park.rs`).
+//! Idle workers spin for the configured time, then park (`park.rs`). A
+//! push from a thread that has just waited on the engine (`wait_var`,
+//! `wait_all`) is marked on the ring: that thread most likely waits for it
+//! next and runs it itself (`help`), so a spinner leaves such an operation
+//! alone for [`WAITER_GRACE`](super::park::WAITER_GRACE) (300 ns) while it
+//! is the only one ready, and the round trip stays on one core (pingpong,
+//! PERF.md). Anything else is taken at once: a grace on every lone
+//! operation would delay any thread's single push by 300 ns, and in
+//! pingpong it let the spinners run out and park, so that p99.9 went from
+//! 0.9 to 11 µs.
 
 use super::inline::{run_inline, run_queued_one};
-use super::park::Sleep;
+use super::park::{take_waited, Sleep};
 use super::ready_ring::ReadyRing;
 use super::AbortOnUnwind;
 use super::{Executor, WorkerThreads};
@@ -89,7 +98,11 @@ impl WorkerPool {
         if self.keep_as_successor(op) {
             return;
         }
-        if let Err(op) = self.publish(op) {
+        // From a thread that has just waited on the engine: it will most
+        // likely wait for this operation next and run it itself, so a
+        // spinner leaves it alone for a moment (the module docs).
+        let for_waiter = take_waited();
+        if let Err(op) = self.publish(op, for_waiter) {
             run_inline(core, op);
         }
     }
@@ -104,7 +117,7 @@ impl WorkerPool {
         }
         let mut op = op;
         loop {
-            match self.publish(op) {
+            match self.publish(op, false) {
                 Ok(()) => return,
                 Err(back) if self.is_current() => return core.run(back, current_worker()),
                 Err(back) => {
@@ -115,10 +128,11 @@ impl WorkerPool {
         }
     }
 
-    /// Puts `op` on the ring and wakes a worker for it (unless one is
-    /// spinning); hands `op` back when the ring is full.
-    fn publish(&self, op: u32) -> Result<(), u32> {
-        self.ring.push(op)?;
+    /// Puts `op` on the ring (marked `for_waiter`: see `idle`) and wakes
+    /// a worker for it (unless one is spinning); hands `op` back when the
+    /// ring is full.
+    fn publish(&self, op: u32, for_waiter: bool) -> Result<(), u32> {
+        self.ring.push_marked(op, for_waiter)?;
         self.wake_one();
         Ok(())
     }
@@ -142,7 +156,12 @@ impl WorkerPool {
     /// the pool is stopping.
     fn idle(&self) -> bool {
         if self.sleep.try_start_spinning() {
-            let found = self.sleep.spin(self.spin, || !self.ring.is_empty());
+            // A lone operation marked by its publisher as one it is about
+            // to wait for and run itself (`help`) is left alone for
+            // `WAITER_GRACE` first, so that such a round trip stays on one
+            // core; anything else is taken at once.
+            let ring = &self.ring;
+            let found = self.sleep.spin_with_grace(self.spin, || false, || !ring.is_empty(), || ring.only_marked());
             self.sleep.stop_spinning();
             if found {
                 // More than the one we will take: another worker may help.
@@ -317,8 +336,8 @@ mod loom_models {
     use loom::sync::Arc;
 
     /// `workers` workers look for work (one at a time spinning) and park;
-    /// the publisher puts `ops` operations on the ring and then blocks until
-    /// all were taken. Each operation must be taken exactly once, and no
+    /// the publisher puts `ops` operations on the ring (the first marked
+    /// for a waiter, see `schedule`) and then blocks until all were taken. Each operation must be taken exactly once, and no
     /// wake-up may be lost: a worker sleeping through a publish would leave
     /// every thread blocked, which loom reports as a deadlock.
     fn hand_off(workers: usize, ops: u32) {
@@ -339,8 +358,10 @@ mod loom_models {
                     })
                 })
                 .collect();
+            // The first one marked as its publisher's to run (a spinner
+            // leaves it alone for a while), the others not.
             for op in 0..ops {
-                pool.publish(op).expect("the ring has room");
+                pool.publish(op, op == 0).expect("the ring has room");
             }
             let total = &taken[ops as usize];
             let mut seen = total.load(Ordering::SeqCst);

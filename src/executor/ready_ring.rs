@@ -11,12 +11,15 @@
 //! - The value store happens-before the reader's load through the release
 //!   store / acquire load of `seq`.
 
-use crate::sync::{AtomicU32, AtomicUsize, Ordering};
+use crate::sync::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use crossbeam_utils::CachePadded;
 
 struct Cell {
     seq: AtomicUsize,
     value: AtomicU32,
+    /// The producer's hint that a thread is about to wait for this
+    /// operation (`push_marked`); fits in the cell's padding.
+    marked: AtomicBool,
 }
 
 /// A bounded multi-producer multi-consumer queue of operation indices.
@@ -32,7 +35,9 @@ impl ReadyRing {
     pub(crate) fn new(capacity: usize) -> Self {
         let capacity = capacity.next_power_of_two().max(2);
         ReadyRing {
-            cells: (0..capacity).map(|i| Cell { seq: AtomicUsize::new(i), value: AtomicU32::new(0) }).collect(),
+            cells: (0..capacity)
+                .map(|i| Cell { seq: AtomicUsize::new(i), value: AtomicU32::new(0), marked: AtomicBool::new(false) })
+                .collect(),
             mask: capacity - 1,
             head: CachePadded::new(AtomicUsize::new(0)),
             tail: CachePadded::new(AtomicUsize::new(0)),
@@ -41,6 +46,13 @@ impl ReadyRing {
 
     /// Enqueues `op`, or hands it back when the ring is full.
     pub(crate) fn push(&self, op: u32) -> Result<(), u32> {
+        self.push_marked(op, false)
+    }
+
+    /// Enqueues `op` with a mark that consumers may read at the head
+    /// ([`ReadyRing::head_is_marked`]), or hands it back when the ring is
+    /// full.
+    pub(crate) fn push_marked(&self, op: u32, marked: bool) -> Result<(), u32> {
         let mut pos = self.tail.load(Ordering::Relaxed);
         loop {
             let cell = &self.cells[pos & self.mask];
@@ -50,6 +62,7 @@ impl ReadyRing {
                 match self.tail.compare_exchange_weak(pos, pos + 1, Ordering::Relaxed, Ordering::Relaxed) {
                     Ok(_) => {
                         cell.value.store(op, Ordering::Relaxed);
+                        cell.marked.store(marked, Ordering::Relaxed);
                         cell.seq.store(pos + 1, Ordering::Release);
                         return Ok(());
                     }
@@ -108,6 +121,25 @@ impl ReadyRing {
         // "not empty" and let the caller's pop look again.
         seq == pos
     }
+
+    /// Whether the one operation published at the head is marked and no
+    /// second one follows it (a hint, like `is_empty`: a spinner leaves
+    /// such an operation to the thread that pushed it). Like `is_empty` it
+    /// reads the head counter and the head cells but not the tail counter,
+    /// so a spinner polling it does not pull the line every push writes.
+    pub(crate) fn only_marked(&self) -> bool {
+        let pos = self.head.load(Ordering::SeqCst);
+        let first = &self.cells[pos & self.mask];
+        // `seq == pos + 1`: published, and the Acquire orders the mark's
+        // store (before the producer's Release of `seq`) before our load.
+        // (Should a consumer take the cell and a producer reuse it
+        // meanwhile, the mark read is a later lap's, which a hint may be.)
+        if first.seq.load(Ordering::Acquire) != pos + 1 || !first.marked.load(Ordering::Relaxed) {
+            return false;
+        }
+        // The next cell reads `seq == pos + 1` until a producer publishes it.
+        self.cells[(pos + 1) & self.mask].seq.load(Ordering::SeqCst) == pos + 1
+    }
 }
 
 #[cfg(all(test, not(depengine_loom)))]
@@ -124,6 +156,21 @@ mod tests {
         assert_eq!((0..4).map(|_| r.pop().unwrap()).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
         assert_eq!(r.pop(), None);
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn only_marked_is_a_lone_marked_head_across_the_wrap() {
+        let r = ReadyRing::new(2);
+        for lap in 0..3 {
+            assert!(!r.only_marked(), "empty, lap {lap}");
+            r.push_marked(1, true).unwrap();
+            assert!(r.only_marked(), "one marked, lap {lap}");
+            r.push(2).unwrap();
+            assert!(!r.only_marked(), "a second behind it, lap {lap}");
+            assert_eq!(r.pop(), Some(1));
+            assert!(!r.only_marked(), "one unmarked, lap {lap}");
+            assert_eq!(r.pop(), Some(2));
+        }
     }
 
     #[test]

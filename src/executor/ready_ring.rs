@@ -50,7 +50,7 @@ impl ReadyRing {
     }
 
     /// Enqueues `op` with a mark that consumers may read at the head
-    /// ([`ReadyRing::head_is_marked`]), or hands it back when the ring is
+    /// ([`ReadyRing::only_marked`]), or hands it back when the ring is
     /// full.
     pub(crate) fn push_marked(&self, op: u32, marked: bool) -> Result<(), u32> {
         let mut pos = self.tail.load(Ordering::Relaxed);

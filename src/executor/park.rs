@@ -1,5 +1,6 @@
 #![doc = include_str!("../../docs/worker-sleep.md")]
 
+use super::ready_ring::ReadyRing;
 use crate::sync::{fence, futex_wait, futex_wake_all, futex_wake_one, loom_sc_fence, spin_hint, AtomicU32, Ordering};
 use crossbeam_utils::CachePadded;
 use std::cell::Cell;
@@ -40,22 +41,42 @@ crate::sync::thread_local! {
 /// The calling thread waits on an engine (`wait_var`, `wait_to_write`,
 /// `wait_all`): it is likely to wait again right after its next publish
 /// (a push-then-wait round trip) and then run the operation itself. So
-/// that publish may rely on a spinning pinned worker without checking that
-/// the spinner runs (`notify_one`), and the pooled executor marks it for
-/// the spinner to leave alone (`WAITER_GRACE`).
+/// that publish is marked for spinners to leave alone ([`push_and_wake`],
+/// `WAITER_GRACE`), and may rely on a spinning pinned worker without
+/// checking that the spinner runs (`notify_one`).
 pub(crate) fn note_waited() {
     WAITED.with(|w| w.set(true));
 }
 
 /// Whether the calling thread has waited on an engine since a publish
 /// last relied on that (see [`note_waited`]).
-pub(crate) fn waited() -> bool {
+fn waited() -> bool {
     WAITED.with(|w| w.get())
 }
 
 /// [`waited`], clearing the note: the caller relies on it.
-pub(crate) fn take_waited() -> bool {
+fn take_waited() -> bool {
     WAITED.with(|w| w.replace(false))
+}
+
+/// A non-worker's publish: pushes `op` to `ring`, marked when the calling
+/// thread has just waited on the engine (it will most likely wait for `op`
+/// next and run it itself, so spinners leave it alone for
+/// [`WAITER_GRACE`]), then calls `wake` (whose `notify_one` may rely on
+/// the same note) and clears the note: only the first push after a wait
+/// is marked. Hands `op` back when the ring is full, without waking.
+/// (Inlined as the executors' own code was: it sits on every push.)
+#[inline(always)]
+pub(crate) fn push_and_wake(ring: &ReadyRing, op: u32, wake: impl FnOnce()) -> Result<(), u32> {
+    let for_waiter = waited();
+    let pushed = ring.push_marked(op, for_waiter);
+    if pushed.is_ok() {
+        wake();
+    }
+    if for_waiter {
+        take_waited();
+    }
+    pushed
 }
 
 /// Workers of a pool of `workers` that may spin at once: half of them, but

@@ -62,7 +62,7 @@
 //! left waiting while a worker sleeps.
 
 use super::inline::{run_inline, run_queued_one};
-use super::park::{take_waited, waited, Sleep};
+use super::park::{push_and_wake, Sleep};
 use super::priority::PriorityPool;
 use super::ready_ring::ReadyRing;
 use super::AbortOnUnwind;
@@ -408,16 +408,8 @@ impl Executor for PerDeviceExecutor {
                 _ => shared.home_node(),
             },
         };
-        // Marked when this thread has just waited on the engine: it will
-        // most likely wait for this operation next. Only its first push
-        // after the wait is marked; `notify_one` reads the note first.
-        let for_waiter = waited();
-        match shared.injectors[node].push_marked(op, for_waiter) {
-            Ok(()) => shared.wake_one(),
-            Err(op) => run_inline(core, op),
-        }
-        if for_waiter {
-            take_waited();
+        if let Err(op) = push_and_wake(&shared.injectors[node], op, || shared.wake_one()) {
+            run_inline(core, op);
         }
     }
 

@@ -26,7 +26,7 @@
 //! 0.9 to 11 µs.
 
 use super::inline::{run_inline, run_queued_one};
-use super::park::{take_waited, Sleep};
+use super::park::{push_and_wake, Sleep};
 use super::ready_ring::ReadyRing;
 use super::AbortOnUnwind;
 use super::{Executor, WorkerThreads};
@@ -98,11 +98,7 @@ impl WorkerPool {
         if self.keep_as_successor(op) {
             return;
         }
-        // From a thread that has just waited on the engine: it will most
-        // likely wait for this operation next and run it itself, so a
-        // spinner leaves it alone for a moment (the module docs).
-        let for_waiter = take_waited();
-        if let Err(op) = self.publish(op, for_waiter) {
+        if let Err(op) = push_and_wake(&self.ring, op, || self.wake_one()) {
             run_inline(core, op);
         }
     }
@@ -117,7 +113,7 @@ impl WorkerPool {
         }
         let mut op = op;
         loop {
-            match self.publish(op, false) {
+            match self.publish(op) {
                 Ok(()) => return,
                 Err(back) if self.is_current() => return core.run(back, current_worker()),
                 Err(back) => {
@@ -128,11 +124,10 @@ impl WorkerPool {
         }
     }
 
-    /// Puts `op` on the ring (marked `for_waiter`: see `idle`) and wakes
-    /// a worker for it (unless one is spinning); hands `op` back when the
-    /// ring is full.
-    fn publish(&self, op: u32, for_waiter: bool) -> Result<(), u32> {
-        self.ring.push_marked(op, for_waiter)?;
+    /// Puts `op` on the ring and wakes a worker for it (unless one is
+    /// spinning); hands `op` back when the ring is full.
+    fn publish(&self, op: u32) -> Result<(), u32> {
+        self.ring.push(op)?;
         self.wake_one();
         Ok(())
     }
@@ -337,9 +332,10 @@ mod loom_models {
 
     /// `workers` workers look for work (one at a time spinning) and park;
     /// the publisher puts `ops` operations on the ring (the first marked
-    /// for a waiter, see `schedule`) and then blocks until all were taken. Each operation must be taken exactly once, and no
-    /// wake-up may be lost: a worker sleeping through a publish would leave
-    /// every thread blocked, which loom reports as a deadlock.
+    /// for a waiter, as `schedule` does after a wait) and then blocks
+    /// until all were taken. Each operation must be taken exactly once,
+    /// and no wake-up may be lost: a worker sleeping through a publish
+    /// would leave every thread blocked, which loom reports as a deadlock.
     fn hand_off(workers: usize, ops: u32) {
         loom::model(move || {
             let pool = Arc::new(WorkerPool::new(workers, 0, Duration::ZERO));
@@ -361,7 +357,10 @@ mod loom_models {
             // The first one marked as its publisher's to run (a spinner
             // leaves it alone for a while), the others not.
             for op in 0..ops {
-                pool.publish(op, op == 0).expect("the ring has room");
+                if op == 0 {
+                    crate::executor::park::note_waited();
+                }
+                push_and_wake(&pool.ring, op, || pool.wake_one()).expect("the ring has room");
             }
             let total = &taken[ops as usize];
             let mut seen = total.load(Ordering::SeqCst);

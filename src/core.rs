@@ -577,15 +577,20 @@ impl Core {
     ///
     /// When `var` has nothing of the sort in flight — at once, or after
     /// this thread has helped run one ready operation (the one it just
-    /// pushed, typically) — it answers without queuing anything; otherwise
+    /// pushed, typically; when a peek at the queue says the first answer
+    /// would be no, it helps before asking) — it answers without queuing
+    /// anything; otherwise
     /// it pushes a marker reading (or writing) `var` and blocks until the
     /// marker runs.
     pub(crate) fn wait_var(&self, var: Var, write: bool) -> Result<(), EngineError> {
         // Keep this thread's order: its bulked pushes go first.
         crate::bulk::flush_for(self)?;
         crate::executor::park::note_waited();
-        let mut at_once = self.wait_var_at_once(var, write);
-        if at_once.is_none() && self.help_once() {
+        // Right after a push to `var` an ask (which takes the dispatcher)
+        // would answer no: when a peek says so, help first, then ask.
+        let busy = self.looks_busy(var, write);
+        let mut at_once = if busy { None } else { self.wait_var_at_once(var, write) };
+        if at_once.is_none() && (self.help_once() || busy) {
             at_once = self.wait_var_at_once(var, write);
         }
         if let Some(answer) = at_once {
@@ -610,6 +615,14 @@ impl Core {
         error.map_or(Ok(()), |e| Err(EngineError::OpFailed(e)))
     }
 
+    /// Whether `var`'s queue looks as if a wait on it (`write`: a wait to
+    /// write) could not be answered at once: a racy hint, read without the
+    /// dispatcher (`VarQueue::looks_busy`). `false` for a variable that is
+    /// not valid (the ask reports that).
+    fn looks_busy(&self, var: Var, write: bool) -> bool {
+        self.slot_of(var).is_ok_and(|slot| slot.queue().looks_busy(&self.blocks, write))
+    }
+
     /// `wait_var`'s answer if `var` has nothing in flight the wait must
     /// follow; `None` otherwise (and on any error, which the marker path
     /// reports the usual way).
@@ -624,8 +637,8 @@ impl Core {
             if self.shutting_down.load(Ordering::Relaxed) || !slot.dispatchable(var.gen) {
                 return;
             }
-            // SAFETY: we hold the dispatcher: the appender's role.
-            if unsafe { slot.queue().grants_at_once(&self.blocks, write) } {
+            // We hold the dispatcher (the appender's role): the answer holds.
+            if slot.queue().grants_at_once(&self.blocks, write) {
                 // SAFETY: no write is granted or queued, and none can be
                 // queued while we hold the dispatcher, so nobody writes the
                 // failure while we read it — what a granted read relies on.

@@ -139,6 +139,7 @@ mod profiler;
 mod run;
 mod stats;
 mod sync;
+mod thread_slot;
 mod throttle;
 mod topology;
 mod var;

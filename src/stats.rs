@@ -5,7 +5,11 @@
 //! no locked instruction, no line shared with another core). Operations run
 //! on other threads (inline runs, waiters helping, the naive engine) are
 //! not counted as they run: they are the finished operations the workers
-//! did not run. Everything else is counted where the
+//! did not run. The counters of a waiting thread's fast path (waits,
+//! waits answered at once, helping runs) live in one line per
+//! [thread slot](crate::thread_slot), written the same way by the slot's
+//! holder; a thread without a slot bumps a shared copy with a locked
+//! instruction. Everything else is counted where the
 //! engine is already slow (a park, a futex wake-up, a failure, a throttled
 //! push) or read from state the engine keeps anyway (the dispatcher's ticket
 //! count, the pools). [`Engine::stats`](crate::Engine::stats) sums it all.
@@ -18,6 +22,7 @@
 
 use crate::engine::PoolStats;
 use crate::executor::park::Sleep;
+use crate::thread_slot;
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -94,14 +99,22 @@ struct WorkerShard {
     ran: AtomicU64,
 }
 
+/// The counters of a waiting thread's fast path: one copy per thread
+/// slot, which only the slot's holder writes, and a shared one.
+#[derive(Default)]
+struct WaiterShard {
+    helped: AtomicU64,
+    waits: AtomicU64,
+    waits_at_once: AtomicU64,
+}
+
 /// Counters any thread may write.
 #[derive(Default)]
 struct SharedShard {
-    helped: AtomicU64,
+    /// For threads without a slot.
+    waiters: WaiterShard,
     skipped: AtomicU64,
     failed: AtomicU64,
-    waits: AtomicU64,
-    waits_at_once: AtomicU64,
     throttled: AtomicU64,
     throttle_sleeps: AtomicU64,
 }
@@ -109,6 +122,8 @@ struct SharedShard {
 /// An engine's live counters (see the module docs).
 pub(crate) struct Stats {
     workers: Box<[CachePadded<WorkerShard>]>,
+    /// Indexed by thread slot.
+    waiters: Box<[CachePadded<WaiterShard>]>,
     shared: CachePadded<SharedShard>,
     pending_high_water: CachePadded<HighWater>,
 }
@@ -135,6 +150,7 @@ impl Stats {
     pub(crate) fn new(workers: usize) -> Self {
         Stats {
             workers: (0..workers).map(|_| CachePadded::new(WorkerShard::default())).collect(),
+            waiters: (0..thread_slot::SLOTS).map(|_| CachePadded::new(WaiterShard::default())).collect(),
             shared: CachePadded::new(SharedShard::default()),
             pending_high_water: CachePadded::new(HighWater::default()),
         }
@@ -150,8 +166,24 @@ impl Stats {
         }
     }
 
+    /// Adds one to the waiter counter `pick` chooses: in this thread's
+    /// slot without a locked instruction, else in the shared copy.
+    #[inline(always)]
+    fn count_waiter(&self, pick: impl Fn(&WaiterShard) -> &AtomicU64) {
+        match thread_slot::current() {
+            Some(slot) => {
+                // Only this slot's holder writes its copy.
+                let c = pick(&self.waiters[slot]);
+                c.store(c.load(Relaxed) + 1, Relaxed);
+            }
+            None => {
+                pick(&self.shared.waiters).fetch_add(1, Relaxed);
+            }
+        }
+    }
+
     pub(crate) fn helped(&self) {
-        self.shared.helped.fetch_add(1, Relaxed);
+        self.count_waiter(|w| &w.helped);
     }
 
     pub(crate) fn skipped(&self) {
@@ -163,11 +195,11 @@ impl Stats {
     }
 
     pub(crate) fn waited(&self) {
-        self.shared.waits.fetch_add(1, Relaxed);
+        self.count_waiter(|w| &w.waits);
     }
 
     pub(crate) fn waited_at_once(&self) {
-        self.shared.waits_at_once.fetch_add(1, Relaxed);
+        self.count_waiter(|w| &w.waits_at_once);
         self.waited();
     }
 
@@ -188,11 +220,12 @@ impl Stats {
     pub(crate) fn read_into(&self, s: &mut EngineStats) {
         s.per_worker = self.workers.iter().map(|w| w.ran.load(Relaxed)).collect();
         s.ran_on_workers = s.per_worker.iter().sum();
-        s.helped_by_waiters = self.shared.helped.load(Relaxed);
+        let waiters = || self.waiters.iter().map(|w| &**w).chain([&self.shared.waiters]);
+        s.helped_by_waiters = waiters().map(|w| w.helped.load(Relaxed)).sum();
+        s.waits = waiters().map(|w| w.waits.load(Relaxed)).sum();
+        s.waits_at_once = waiters().map(|w| w.waits_at_once.load(Relaxed)).sum();
         s.skipped = self.shared.skipped.load(Relaxed);
         s.failed = self.shared.failed.load(Relaxed);
-        s.waits = self.shared.waits.load(Relaxed);
-        s.waits_at_once = self.shared.waits_at_once.load(Relaxed);
         s.throttled = self.shared.throttled.load(Relaxed);
         s.throttle_sleeps = self.shared.throttle_sleeps.load(Relaxed);
         s.pending_high_water = self.pending_high_water.get();
@@ -268,5 +301,36 @@ impl std::fmt::Display for EngineStats {
             p.live_var_blocks,
             p.live_vars
         )
+    }
+}
+
+#[cfg(all(test, not(depengine_loom)))]
+mod tests {
+    use super::*;
+
+    /// Threads bumping the waiter counters at the same time lose no count:
+    /// each live thread writes only its own slot's copy (or the shared,
+    /// locked one), and a read sums them all.
+    #[test]
+    fn concurrent_waiters_lose_no_count() {
+        const THREADS: u64 = 8;
+        const EACH: u64 = 20_000;
+        let stats = Stats::new(1);
+        std::thread::scope(|s| {
+            for _ in 0..THREADS {
+                s.spawn(|| {
+                    for _ in 0..EACH {
+                        stats.waited_at_once();
+                        stats.helped();
+                    }
+                });
+            }
+        });
+        stats.waited();
+        let mut read = EngineStats::default();
+        stats.read_into(&mut read);
+        assert_eq!(read.waits_at_once, THREADS * EACH);
+        assert_eq!(read.waits, THREADS * EACH + 1);
+        assert_eq!(read.helped_by_waiters, THREADS * EACH);
     }
 }

@@ -70,13 +70,15 @@ impl VarBlock {
 /// writes (`VarSlot` keeps it apart from the granter's half).
 #[derive(Debug)]
 pub(crate) struct QueueTail {
-    /// The empty block the next queued access fills.
-    sentinel: UnsafeCell<u32>,
+    /// The empty block the next queued access fills. Written only by the
+    /// appender; atomic (relaxed) so that a waiter may peek at it
+    /// ([`VarQueue::looks_busy`]) without being the appender.
+    sentinel: AtomicU32,
 }
 
 impl Default for QueueTail {
     fn default() -> Self {
-        QueueTail { sentinel: UnsafeCell::new(NIL) }
+        QueueTail { sentinel: AtomicU32::new(NIL) }
     }
 }
 
@@ -96,9 +98,6 @@ impl Default for QueueHead {
     }
 }
 
-// SAFETY: `sentinel` is touched only by the single appender (module docs,
-// "Who owns what").
-unsafe impl Sync for QueueTail {}
 // SAFETY: `first_waiting` is touched only by the single granter, a role
 // handed on through `status` and `readers` (module docs, "Who owns what").
 unsafe impl Sync for QueueHead {}
@@ -196,9 +195,9 @@ impl<'a> VarQueue<'a> {
         // SAFETY: exclusive ownership, forwarded from the caller.
         unsafe {
             // A slot comes from the pool new or `release`d: no sentinel.
-            debug_assert_eq!(self.tail.sentinel.with(|p| *p), NIL, "reset of a queue that has a sentinel");
+            debug_assert_eq!(self.tail.sentinel.load(Ordering::Relaxed), NIL, "reset of a queue that has a sentinel");
             let s = blocks.take();
-            self.tail.sentinel.with_mut(|p| *p = s);
+            self.tail.sentinel.store(s, Ordering::Relaxed);
             let block = blocks.get(s);
             block.next.with_mut(|p| *p = NIL);
             block.status.store(IDLE, Ordering::Relaxed);
@@ -213,12 +212,12 @@ impl<'a> VarQueue<'a> {
     pub(crate) unsafe fn release(self, blocks: &Pool<VarBlock>) {
         // SAFETY: exclusive ownership, forwarded from the caller.
         unsafe {
-            let s = self.tail.sentinel.with(|p| *p);
+            let s = self.tail.sentinel.load(Ordering::Relaxed);
             if s != NIL {
                 debug_assert_eq!(blocks.get(s).status.load(Ordering::Relaxed), IDLE, "freeing a busy variable");
                 blocks.give(s);
             }
-            self.tail.sentinel.with_mut(|p| *p = NIL);
+            self.tail.sentinel.store(NIL, Ordering::Relaxed);
             self.head.first_waiting.with_mut(|p| *p = NIL);
         }
     }
@@ -233,8 +232,7 @@ impl<'a> VarQueue<'a> {
     /// `spares` supplies the empty block linked behind a queued access.
     #[inline]
     pub(crate) unsafe fn append(self, blocks: &Pool<VarBlock>, spares: &mut TakeCache, opr: u32, write: bool) -> bool {
-        // SAFETY: the appender, per the caller.
-        let (sentinel, status) = unsafe { self.sentinel(blocks) };
+        let (sentinel, status) = self.sentinel(blocks);
         let s = blocks.get(sentinel);
         match status {
             // Parked idle: there is no granter, so the sentinel is ours
@@ -255,8 +253,8 @@ impl<'a> VarQueue<'a> {
             fresh.next.with_mut(|p| *p = NIL);
             s.opr.with_mut(|p| *p = opr);
             s.next.with_mut(|p| *p = spare);
-            self.tail.sentinel.with_mut(|p| *p = spare);
         }
+        self.tail.sentinel.store(spare, Ordering::Relaxed);
         fresh.status.store(EMPTY, Ordering::Relaxed);
         // Once published the block may be granted, given back and reused at
         // once: nothing below reads it.
@@ -410,13 +408,33 @@ impl<'a> VarQueue<'a> {
     /// a read, no write granted and nothing queued (running reads are fine).
     /// A conservative `false` is possible (a queue that is being parked).
     ///
-    /// # Safety
-    /// Only the appender may ask (the dispatcher's holder): its answer is
-    /// stable because nobody else can queue meanwhile.
+    /// The answer is stable only for the appender (the dispatcher's
+    /// holder), because nobody else can queue meanwhile; anyone else gets
+    /// a hint ([`looks_busy`](Self::looks_busy)).
     #[inline]
-    pub(crate) unsafe fn grants_at_once(self, blocks: &Pool<VarBlock>, write: bool) -> bool {
-        // SAFETY: the appender, per the caller.
-        match unsafe { self.sentinel(blocks) }.1 {
+    pub(crate) fn grants_at_once(self, blocks: &Pool<VarBlock>, write: bool) -> bool {
+        Self::grants(self.sentinel(blocks).1, write)
+    }
+
+    /// A hint for any thread: whether an access appended now would be
+    /// queued behind something, as [`grants_at_once`](Self::grants_at_once)
+    /// would answer it, read without being the appender. It may be stale
+    /// either way; a caller must take a `true` only as a reason to do
+    /// something that is correct anyway. A queue with no sentinel (its
+    /// variable freed) does not look busy.
+    #[inline]
+    pub(crate) fn looks_busy(self, blocks: &Pool<VarBlock>, write: bool) -> bool {
+        let sentinel = self.tail.sentinel.load(Ordering::Relaxed);
+        // A stale index still names a block of the pool, whose memory
+        // lives as long as the pool: reading its status is harmless.
+        sentinel != NIL && !Self::grants(blocks.get(sentinel).status.load(Ordering::Relaxed), write)
+    }
+
+    /// Whether an access finds a queue whose sentinel holds `status`
+    /// granted at once.
+    #[inline(always)]
+    fn grants(status: u8, write: bool) -> bool {
+        match status {
             IDLE => true,
             READING => !write,
             _ => false,
@@ -426,19 +444,16 @@ impl<'a> VarQueue<'a> {
     /// Whether no access is granted or queued.
     #[cfg(test)]
     pub(crate) fn is_idle(self, blocks: &Pool<VarBlock>) -> bool {
-        // SAFETY: tests ask only once every thread has stopped appending.
-        unsafe { self.sentinel(blocks) }.1 == IDLE && self.head.readers.load(Ordering::Acquire) == 0
+        // Tests ask only once every thread has stopped appending.
+        self.sentinel(blocks).1 == IDLE && self.head.readers.load(Ordering::Acquire) == 0
     }
 
-    /// The sentinel's index and the status it holds now (acquire).
-    ///
-    /// # Safety
-    /// The sentinel is appender-owned: only the appender may ask, or anyone
-    /// once no thread appends.
+    /// The sentinel's index and the status it holds now (acquire). The
+    /// sentinel is appender-owned: the answer holds only for the appender,
+    /// or for anyone once no thread appends.
     #[inline(always)]
-    unsafe fn sentinel(self, blocks: &Pool<VarBlock>) -> (u32, u8) {
-        // SAFETY: per the caller.
-        let sentinel = unsafe { self.tail.sentinel.with(|p| *p) };
+    fn sentinel(self, blocks: &Pool<VarBlock>) -> (u32, u8) {
+        let sentinel = self.tail.sentinel.load(Ordering::Relaxed);
         (sentinel, blocks.get(sentinel).status.load(Ordering::Acquire))
     }
 }
@@ -481,6 +496,41 @@ mod tests {
         }
         spares.give_back(&blocks);
         assert_eq!(blocks.live(), 0, "every block returned");
+    }
+
+    /// The peek agrees with the appender's own answer in every state the
+    /// queue parks in or runs through.
+    #[test]
+    fn a_peek_says_busy_exactly_when_an_append_would_queue() {
+        let blocks = Pool::new();
+        let h = halves(&blocks);
+        let q = h.queue();
+        let mut spares = TakeCache::default();
+        let agree = |what: &str| {
+            for write in [false, true] {
+                assert_eq!(q.looks_busy(&blocks, write), !q.grants_at_once(&blocks, write), "{what}, write: {write}");
+            }
+        };
+        agree("idle");
+        assert!(!q.looks_busy(&blocks, true), "an idle queue does not look busy");
+        // SAFETY: single-threaded; every completion matches a granted access.
+        unsafe {
+            assert!(q.append(&blocks, &mut spares, 1, false));
+            agree("reading");
+            assert!(!q.looks_busy(&blocks, false) && q.looks_busy(&blocks, true), "reads run: a write would queue");
+            assert!(!q.append(&blocks, &mut spares, 2, true));
+            agree("a write queued behind a read");
+            assert!(q.looks_busy(&blocks, false));
+            assert_eq!(q.complete_read(&blocks).collect::<Vec<_>>(), vec![2]);
+            agree("a write running");
+            assert!(q.looks_busy(&blocks, false), "a running write makes a read queue");
+            assert_eq!(q.complete_write(&blocks).collect::<Vec<_>>(), Vec::<u32>::new());
+            agree("idle again");
+            assert!(!q.looks_busy(&blocks, true));
+            q.release(&blocks);
+        }
+        assert!(!q.looks_busy(&blocks, true), "a released queue (no sentinel) does not look busy");
+        spares.give_back(&blocks);
     }
 
     /// One appender, two completers: every access is granted exactly once,

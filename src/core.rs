@@ -16,7 +16,7 @@ use crate::dispatch::Dispatcher;
 use crate::error::{EngineError, OpError};
 use crate::executor::Executor;
 use crate::opr::{Body, Dep, OprBlock, OprKind, READ, WRITE};
-use crate::pool::{Pool, SharedTakeCache, TakeCache, NIL};
+use crate::pool::{Pool, SharedTakeCache, TakeCache, ThreadCaches, NIL};
 use crate::profiler::Profiler;
 use crate::stats::Stats;
 use crate::sync::{AtomicBool, Ordering, UnsafeCell};
@@ -72,8 +72,11 @@ unsafe impl Sync for SpareBlocks {}
 pub(crate) struct Core {
     pub(crate) id: u32,
     pub(crate) oprs: Pool<OprBlock>,
-    /// Free operation blocks for pushing threads, one at a time (see
-    /// `pool::SharedTakeCache`); its own line, written on every take.
+    /// Free operation blocks per thread slot (`pool::ThreadCaches`), for
+    /// pushing threads.
+    op_blocks_mine: ThreadCaches,
+    /// Free operation blocks for pushing threads without a slot, one at a
+    /// time (see `pool::SharedTakeCache`); its own line.
     op_cache: CachePadded<SharedTakeCache>,
     pub(crate) blocks: Pool<VarBlock>,
     pub(crate) vars: Pool<VarSlot>,
@@ -122,6 +125,7 @@ impl Core {
             id: NEXT_ENGINE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             // Blocks are given back on workers and taken on pushers.
             oprs: Pool::new().prefetching(workers > 0),
+            op_blocks_mine: ThreadCaches::default(),
             op_cache: CachePadded::default(),
             blocks: Pool::new().prefetching(workers > 0),
             vars: Pool::new(),
@@ -224,7 +228,7 @@ impl Core {
         // Keep this thread's order: its bulked pushes go first.
         crate::bulk::flush_for(self)?;
         self.check_ctx(opts.ctx)?;
-        let op = self.op_cache.take(&self.oprs);
+        let op = self.take_op_block();
         let block = self.oprs.get(op);
         #[cfg(debug_assertions)]
         block.transition(op, crate::opr::phase::FREE, crate::opr::phase::FILLED);
@@ -395,9 +399,10 @@ impl Core {
         closed_now
     }
 
-    /// Returns the cached free blocks, the pushers' operation blocks and the
-    /// combiner's variable blocks, to their pools, so that the pools' live
-    /// counts are exact (pool statistics).
+    /// Returns the shared caches' free blocks, the pushers' operation
+    /// blocks and the combiner's variable blocks, to their pools, so that
+    /// the pools' live counts are exact (pool statistics; the slot caches'
+    /// blocks are counted apart, `live_op_blocks`).
     pub(crate) fn return_spare_blocks(&self) {
         self.op_cache.give_back(&self.oprs);
         self.flush_dispatcher(|| {
@@ -425,6 +430,20 @@ impl Core {
         #[cfg(debug_assertions)]
         block.transition(op, crate::opr::phase::FILLED, crate::opr::phase::FREE);
         self.oprs.give(op);
+    }
+
+    /// Takes an operation block for a push: through this thread's slot
+    /// cache, else through the shared one.
+    #[inline(always)]
+    fn take_op_block(&self) -> u32 {
+        self.op_blocks_mine.take(&self.oprs).unwrap_or_else(|| self.op_cache.take(&self.oprs))
+    }
+
+    /// Operation blocks in use: taken and not given back, less those the
+    /// slot caches hold free. Exact only when no thread is pushing or
+    /// completing (pool statistics).
+    pub(crate) fn live_op_blocks(&self) -> usize {
+        self.oprs.live() - self.op_blocks_mine.cached(&self.oprs)
     }
 
     // ----- dispatch (combiner only) ----------------------------------------

@@ -466,7 +466,7 @@ impl Engine {
     pub fn pool_stats(&self) -> PoolStats {
         self.core.return_spare_blocks();
         PoolStats {
-            live_ops: self.core.oprs.live(),
+            live_ops: self.core.live_op_blocks(),
             live_var_blocks: self.core.blocks.live(),
             live_vars: self.core.vars.live(),
             op_blocks_created: self.core.oprs.capacity_used(),

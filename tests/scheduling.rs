@@ -397,3 +397,43 @@ fn tickets_follow_push_order_from_one_thread() {
         assert!(t.windows(2).all(|w| w[0] < w[1]));
     }
 }
+
+/// After a long run of push-then-wait round trips, which the waiting
+/// thread runs itself (pooled's spinners then nap, still counted as
+/// spinning), work still runs without anyone waiting for it: an operation
+/// pushed by that thread right after a wait, which spinners leave to it,
+/// and one pushed by another thread.
+#[test]
+fn work_pushed_after_round_trips_runs_without_a_wait() {
+    for engine in parallel_engines() {
+        let v = engine.new_var();
+        let round_trips = || {
+            for _ in 0..20_000 {
+                engine.push_sync(|_| {}, &[], &[v]).unwrap();
+                engine.wait_var(v).unwrap();
+            }
+        };
+        round_trips();
+        // The first push after a wait is marked as this thread's own.
+        let left = Arc::new(AtomicBool::new(false));
+        let l = left.clone();
+        engine.push_sync(move |_| l.store(true, Ordering::SeqCst), &[], &[v]).unwrap();
+        assert!(
+            eventually(LIMIT, || left.load(Ordering::SeqCst)),
+            "{:?}: an operation its pusher did not wait for never ran",
+            engine.kind()
+        );
+        round_trips();
+        let other = Arc::new(AtomicBool::new(false));
+        let o = other.clone();
+        std::thread::scope(|s| {
+            s.spawn(|| engine.push_sync(move |_| o.store(true, Ordering::SeqCst), &[], &[]).unwrap());
+        });
+        assert!(
+            eventually(LIMIT, || other.load(Ordering::SeqCst)),
+            "{:?}: another thread's operation never ran",
+            engine.kind()
+        );
+        engine.wait_all().unwrap();
+    }
+}

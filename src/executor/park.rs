@@ -1,10 +1,25 @@
 #![doc = include_str!("../../docs/worker-sleep.md")]
 
 use super::ready_ring::ReadyRing;
-use crate::sync::{fence, futex_wait, futex_wake_all, futex_wake_one, loom_sc_fence, spin_hint, AtomicU32, Ordering};
+use crate::sync::{
+    fence, futex_wait, futex_wait_for, futex_wake_all, futex_wake_one, loom_sc_fence, spin_hint, AtomicU32, Ordering,
+};
 use crossbeam_utils::CachePadded;
 use std::cell::Cell;
 use std::time::{Duration, Instant};
+
+/// How a spin ended ([`Sleep::spin_with_grace`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Spun {
+    /// Work to take appeared.
+    Found,
+    /// The spin ran out with nothing found.
+    Idle,
+    /// The spin ran out, and all the work that appeared meanwhile was
+    /// left to the threads that pushed it, which took it within the grace
+    /// (a waiter's round trips): see [`Sleep::nap`].
+    LeftToWaiters,
+}
 
 /// Polls between two looks at the clock while spinning.
 const SPIN_POLLS: u32 = if cfg!(depengine_loom) { 1 } else { 64 };
@@ -101,7 +116,19 @@ pub(crate) struct Sleep {
     /// spinner has not run since (pinned to a core a busy thread shares,
     /// e.g. the pusher's), so relying on it would leave an idle core idle.
     unseen: CachePadded<AtomicU32>,
+    /// A spinner's nap ([`Sleep::nap`]).
+    nap: CachePadded<Nap>,
     pinned_workers: bool,
+}
+
+/// The futex of a spinner that naps, still counted as spinning.
+#[derive(Default)]
+struct Nap {
+    /// Bumped to wake the napper.
+    word: AtomicU32,
+    /// 1 while a spinner naps (or is about to), until it or a producer
+    /// waking it clears it.
+    napping: AtomicU32,
 }
 
 impl Sleep {
@@ -116,6 +143,7 @@ impl Sleep {
             max_spinning: max_spinners(workers),
             waking: CachePadded::new(AtomicU32::new(0)),
             unseen: CachePadded::new(AtomicU32::new(0)),
+            nap: CachePadded::default(),
             pinned_workers,
         }
     }
@@ -154,21 +182,26 @@ impl Sleep {
     /// still there after [`WAITER_GRACE`], keeping such a round trip on one
     /// core. `leave` is asked once per appearance, not at every poll: it
     /// reads more lines than `present`, lines the pusher and the waiter
-    /// are about to write.
+    /// are about to write. Says whether work was found, and when not,
+    /// whether some work was left to its pusher meanwhile.
     pub(crate) fn spin_with_grace(
         &self,
         spin: Duration,
         urgent: impl Fn() -> bool,
         present: impl Fn() -> bool,
         leave: impl Fn() -> bool,
-    ) -> bool {
+    ) -> Spun {
         let since: Cell<Option<Instant>> = Cell::new(None);
-        self.spin(spin, || {
+        let left = Cell::new(false);
+        let found = self.spin(spin, || {
             if urgent() {
                 return true;
             }
             if !present() {
-                since.set(None);
+                // Work that was left vanished: its pusher took it.
+                if since.take().is_some() {
+                    left.set(true);
+                }
                 return false;
             }
             match since.get() {
@@ -179,7 +212,47 @@ impl Sleep {
                 }
                 None => true,
             }
-        })
+        });
+        match (found, left.get()) {
+            (true, _) => Spun::Found,
+            (false, true) => Spun::LeftToWaiters,
+            (false, false) => Spun::Idle,
+        }
+    }
+
+    /// **spinning → napping → spinning**: for a spinner whose spin ended
+    /// [`Spun::LeftToWaiters`]. A thread is running push-then-wait round
+    /// trips and takes each of its operations itself; a spinner on another
+    /// core that keeps polling only pulls the ring's lines away from it
+    /// each round (pooled's pingpong: 550 ns a round trip against 125 for
+    /// per_device, whose spinner is pinned to the waiter's core and so
+    /// does not run). So the spinner sleeps instead, for at most `limit`,
+    /// *still counted as spinning*: a waiter's own publish relies on the
+    /// waiter and wakes nobody, as with a pinned spinner, while any other
+    /// publish wakes the napper (`notify_one`). Returns at once if
+    /// `has_work()` (work the napper must not leave) once it has announced
+    /// the nap. A publish the napper misses (a waiter that did not wait
+    /// after all) waits at most `limit`.
+    pub(crate) fn nap(&self, limit: Duration, has_work: impl Fn() -> bool) {
+        let seen = self.nap.word.load(Ordering::Acquire);
+        self.nap.napping.store(1, Ordering::SeqCst);
+        // With `notify_one`'s fence: either the producer sees `napping`
+        // (and bumps `word`, so the wait below returns) or we see its work.
+        loom_sc_fence();
+        if !has_work() {
+            futex_wait_for(&self.nap.word, seen, limit);
+        }
+        self.nap.napping.store(0, Ordering::Relaxed);
+    }
+
+    /// Wakes a napping spinner, if one naps (one wake-up per nap: the
+    /// first producer to clear `napping` issues it).
+    #[inline]
+    fn wake_napper(&self) {
+        if self.nap.napping.load(Ordering::Relaxed) != 0 && self.nap.napping.swap(0, Ordering::SeqCst) != 0 {
+            self.nap.word.fetch_add(1, Ordering::Release);
+            futex_wake_all(&self.nap.word);
+        }
     }
 
     /// **spinning → running / parking**.
@@ -219,6 +292,11 @@ impl Sleep {
         fence(Ordering::SeqCst);
         if self.spinning.load(Ordering::Relaxed) != 0 {
             if !self.pinned_workers {
+                // A napping spinner is woken for work no waiter will run;
+                // a waiter's own publish relies on the waiter (`nap`).
+                if !waited() {
+                    self.wake_napper();
+                }
                 return false;
             }
             // A thread that has just waited on the engine is likely to wait
@@ -261,12 +339,15 @@ impl Sleep {
         fence(Ordering::SeqCst);
         self.epoch.fetch_add(1, Ordering::Release);
         futex_wake_all(&self.epoch);
+        self.nap.word.fetch_add(1, Ordering::Release);
+        futex_wake_all(&self.nap.word);
     }
 }
 
 #[cfg(all(test, not(depengine_loom)))]
 mod tests {
-    use super::{max_spinners, Sleep, WAITER_GRACE};
+    use super::{max_spinners, note_waited, take_waited, Sleep, Spun, WAITER_GRACE};
+    use crate::sync::Ordering;
     use std::cell::Cell;
     use std::time::{Duration, Instant};
 
@@ -294,7 +375,7 @@ mod tests {
                 true
             },
         );
-        assert!(found);
+        assert_eq!(found, Spun::Found);
         assert!(start.elapsed() >= WAITER_GRACE, "taken after {:?}", start.elapsed());
         assert_eq!(asked.get(), 1);
     }
@@ -314,7 +395,7 @@ mod tests {
             },
             || false,
         );
-        assert!(found && polls.get() == 1, "found {found} after {} polls", polls.get());
+        assert!(found == Spun::Found && polls.get() == 1, "{found:?} after {} polls", polls.get());
         let asked = Cell::new(false);
         let found = sleep.spin_with_grace(
             LONG_SPIN,
@@ -325,7 +406,7 @@ mod tests {
                 true
             },
         );
-        assert!(found && !asked.get());
+        assert!(found == Spun::Found && !asked.get());
     }
 
     /// Work that its pusher took within the grace is not found, and a new
@@ -349,7 +430,7 @@ mod tests {
                 asked.get() == 1
             },
         );
-        assert!(found);
+        assert_eq!(found, Spun::Found);
         assert_eq!((asked.get(), polls.get()), (2, 4));
         // Never reappearing: the spin runs out.
         let (polls, spin) = (Cell::new(0u32), Duration::from_millis(1));
@@ -363,6 +444,43 @@ mod tests {
             },
             || true,
         );
-        assert!(!found && start.elapsed() >= spin);
+        assert!(found == Spun::LeftToWaiters && start.elapsed() >= spin, "{found:?}");
+        // Nothing ever appearing: idle.
+        assert_eq!(sleep.spin_with_grace(spin, || false, || false, || true), Spun::Idle);
+    }
+
+    /// A napping spinner is woken by a publish from a thread that has not
+    /// waited, not by one from a thread that has (it relies on that
+    /// thread), and not at all when it finds work it must take.
+    #[test]
+    fn a_nap_ends_for_work_no_waiter_will_run() {
+        const LIMIT: Duration = Duration::from_secs(20);
+        let sleep = Sleep::new(2, false);
+        assert!(sleep.try_start_spinning());
+        let start = Instant::now();
+        sleep.nap(LIMIT, || true);
+        assert!(start.elapsed() < LIMIT / 4, "napped with work to take");
+        let naps = |waiter_publishes: bool, limit: Duration| {
+            std::thread::scope(|s| {
+                let napper = s.spawn(|| {
+                    let start = Instant::now();
+                    sleep.nap(limit, || false);
+                    start.elapsed()
+                });
+                while sleep.nap.napping.load(Ordering::SeqCst) == 0 {
+                    std::thread::yield_now();
+                }
+                if waiter_publishes {
+                    note_waited();
+                }
+                sleep.notify_one();
+                take_waited();
+                napper.join().unwrap()
+            })
+        };
+        assert!(naps(false, LIMIT) < LIMIT / 4, "a publish no waiter runs did not wake the napper");
+        let limit = Duration::from_millis(50);
+        assert!(naps(true, limit) >= limit, "a waiter's publish woke the napper");
+        sleep.stop_spinning();
     }
 }

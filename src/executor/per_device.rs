@@ -62,7 +62,7 @@
 //! left waiting while a worker sleeps.
 
 use super::inline::{run_inline, run_queued_one};
-use super::park::{push_and_wake, Sleep};
+use super::park::{push_and_wake, Sleep, Spun};
 use super::priority::PriorityPool;
 use super::ready_ring::ReadyRing;
 use super::AbortOnUnwind;
@@ -273,12 +273,13 @@ impl Shared {
             // thread that pushed it as one it is about to wait for and run
             // itself (`help`), is left alone for `WAITER_GRACE` first, so
             // that such a round trip stays on one core.
-            let found = self.sleep.spin_with_grace(
-                self.spin,
-                || self.priority.may_have_work() || self.stealers.iter().any(|s| !s.is_empty()),
-                || self.injectors.iter().any(|q| !q.is_empty()),
-                || self.injectors.iter().all(|q| q.is_empty() || q.only_marked()),
-            );
+            let found = Spun::Found
+                == self.sleep.spin_with_grace(
+                    self.spin,
+                    || self.priority.may_have_work() || self.stealers.iter().any(|s| !s.is_empty()),
+                    || self.injectors.iter().any(|q| !q.is_empty()),
+                    || self.injectors.iter().all(|q| q.is_empty() || q.only_marked()),
+                );
             self.sleep.stop_spinning();
             if found {
                 // Publishers skip the wake-up while a worker spins, so the

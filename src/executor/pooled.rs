@@ -26,7 +26,7 @@
 //! 0.9 to 11 µs.
 
 use super::inline::{run_inline, run_queued_one};
-use super::park::{push_and_wake, Sleep};
+use super::park::{push_and_wake, Sleep, Spun};
 use super::ready_ring::ReadyRing;
 use super::AbortOnUnwind;
 use super::{Executor, WorkerThreads};
@@ -38,6 +38,16 @@ use crate::sync::{AtomicBool, Ordering};
 use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The longest a spinner naps while a thread runs its own round trips
+/// (`Sleep::nap`): how long an operation marked for a waiter that did not
+/// wait after all may sit in the ring with every worker idle.
+const NAP_LIMIT: Duration = Duration::from_millis(1);
+
+/// How many spins in a row may find work that is gone when the spinner
+/// goes to take it before the spinner naps, as after a spin that left its
+/// work to waiters.
+const MISSES_BEFORE_NAP: u32 = 16;
 
 /// Ready operations one ring holds before pushers run the overflow inline.
 const RING_CAPACITY: usize = if cfg!(depengine_loom) { 4 } else { 1 << 14 };
@@ -149,16 +159,33 @@ impl WorkerPool {
     /// A worker found nothing to run: spins (if no other worker is
     /// spinning), then parks until work is published. Returns `false` when
     /// the pool is stopping.
-    fn idle(&self) -> bool {
+    ///
+    /// `missed` counts the spins in a row that found work which was gone
+    /// when this worker went to take it (the worker loop resets it when it
+    /// runs something): with a waiter running its own round trips, what a
+    /// spinner finds after the grace is mostly that waiter's next
+    /// operation, taken first by the waiter.
+    fn idle(&self, missed: &mut u32) -> bool {
         if self.sleep.try_start_spinning() {
             // A lone operation marked by its publisher as one it is about
             // to wait for and run itself (`help`) is left alone for
             // `WAITER_GRACE` first, so that such a round trip stays on one
             // core; anything else is taken at once.
             let ring = &self.ring;
-            let found = self.sleep.spin_with_grace(self.spin, || false, || !ring.is_empty(), || ring.only_marked());
+            let spun = self.sleep.spin_with_grace(self.spin, || false, || !ring.is_empty(), || ring.only_marked());
+            if spun == Spun::LeftToWaiters || (spun == Spun::Found && *missed >= MISSES_BEFORE_NAP) {
+                *missed = 0;
+                // A thread is running its own round trips: stay off the
+                // ring's lines, counted as spinning, until other work
+                // comes (`Sleep::nap`).
+                let stop = || self.stop.load(Ordering::SeqCst);
+                self.sleep.nap(NAP_LIMIT, || (!ring.is_empty() && !ring.only_marked()) || stop());
+                self.sleep.stop_spinning();
+                return !stop();
+            }
             self.sleep.stop_spinning();
-            if found {
+            if spun == Spun::Found {
+                *missed += 1;
                 // More than the one we will take: another worker may help.
                 if self.ring.len() > 1 {
                     self.wake_one();
@@ -188,8 +215,10 @@ impl WorkerPool {
         core.enter_worker();
         core.profiler.bind_worker(id);
         let mut ran = 0u64;
+        let mut missed = 0;
         loop {
             if let Some(op) = self.next_ready() {
+                missed = 0;
                 core.run(op, Some(id));
                 ran += 1;
                 if ran % READY_SAMPLE == 0 {
@@ -198,7 +227,7 @@ impl WorkerPool {
                 continue;
             }
             core.flush_worker_batch();
-            if !self.idle() {
+            if !self.idle(&mut missed) {
                 break;
             }
         }
@@ -343,13 +372,17 @@ mod loom_models {
             let threads: Vec<_> = (0..workers)
                 .map(|_| {
                     let (pool, taken) = (pool.clone(), taken.clone());
-                    loom::thread::spawn(move || loop {
-                        if let Some(op) = pool.next_ready() {
-                            taken[op as usize].fetch_add(1, Ordering::SeqCst);
-                            taken[ops as usize].fetch_add(1, Ordering::SeqCst);
-                            futex_wake_all(&taken[ops as usize]);
-                        } else if !pool.idle() {
-                            break;
+                    loom::thread::spawn(move || {
+                        let mut missed = 0;
+                        loop {
+                            if let Some(op) = pool.next_ready() {
+                                missed = 0;
+                                taken[op as usize].fetch_add(1, Ordering::SeqCst);
+                                taken[ops as usize].fetch_add(1, Ordering::SeqCst);
+                                futex_wake_all(&taken[ops as usize]);
+                            } else if !pool.idle(&mut missed) {
+                                break;
+                            }
                         }
                     })
                 })

@@ -243,9 +243,10 @@ pub(crate) struct ExecutorCounters {
 impl ExecutorCounters {
     /// Wakes a parked worker of `sleep` unless the protocol says no one
     /// needs it (`Sleep::notify_one`), counting the wake-ups issued.
+    /// `for_waiter`: the work is marked as its publisher's own.
     #[inline]
-    pub(crate) fn wake_one(&self, sleep: &Sleep) {
-        if sleep.notify_one() {
+    pub(crate) fn wake_one(&self, sleep: &Sleep, for_waiter: bool) {
+        if sleep.notify_one(for_waiter) {
             self.wakeups.fetch_add(1, Relaxed);
         }
     }

@@ -77,16 +77,16 @@ fn take_waited() -> bool {
 /// A non-worker's publish: pushes `op` to `ring`, marked when the calling
 /// thread has just waited on the engine (it will most likely wait for `op`
 /// next and run it itself, so spinners leave it alone for
-/// [`WAITER_GRACE`]), then calls `wake` (whose `notify_one` may rely on
-/// the same note) and clears the note: only the first push after a wait
+/// [`WAITER_GRACE`]), then calls `wake` with the mark (for `notify_one`,
+/// which may rely on the waiter) and clears the note: only the first push after a wait
 /// is marked. Hands `op` back when the ring is full, without waking.
 /// (Inlined as the executors' own code was: it sits on every push.)
 #[inline(always)]
-pub(crate) fn push_and_wake(ring: &ReadyRing, op: u32, wake: impl FnOnce()) -> Result<(), u32> {
+pub(crate) fn push_and_wake(ring: &ReadyRing, op: u32, wake: impl FnOnce(bool)) -> Result<(), u32> {
     let for_waiter = waited();
     let pushed = ring.push_marked(op, for_waiter);
     if pushed.is_ok() {
-        wake();
+        wake(for_waiter);
     }
     if for_waiter {
         take_waited();
@@ -286,15 +286,17 @@ impl Sleep {
     /// Work was published: wakes one parked worker unless one is spinning
     /// (and has polled since the last producer relied on it) or a wake-up
     /// is already in flight (the woken worker will find this work too, and
-    /// wakes another if more is left). Returns whether it issued a wake-up.
+    /// wakes another if more is left). `for_waiter`: the work was marked
+    /// as its publisher's own ([`push_and_wake`]). Returns whether it
+    /// issued a wake-up.
     #[inline]
-    pub(crate) fn notify_one(&self) -> bool {
+    pub(crate) fn notify_one(&self, for_waiter: bool) -> bool {
         fence(Ordering::SeqCst);
         if self.spinning.load(Ordering::Relaxed) != 0 {
             if !self.pinned_workers {
                 // A napping spinner is woken for work no waiter will run;
                 // a waiter's own publish relies on the waiter (`nap`).
-                if !waited() {
+                if !for_waiter {
                     self.wake_napper();
                 }
                 return false;
@@ -305,7 +307,7 @@ impl Sleep {
             // check below, whose store and the spinner's clear are two
             // line transfers on that round trip. A thread that publishes
             // again without waiting checks as usual.
-            if take_waited() {
+            if for_waiter || take_waited() {
                 return false;
             }
             // Only ever adds wake-ups to the protocol below, so it cannot
@@ -346,7 +348,7 @@ impl Sleep {
 
 #[cfg(all(test, not(depengine_loom)))]
 mod tests {
-    use super::{max_spinners, note_waited, take_waited, Sleep, Spun, WAITER_GRACE};
+    use super::{max_spinners, Sleep, Spun, WAITER_GRACE};
     use crate::sync::Ordering;
     use std::cell::Cell;
     use std::time::{Duration, Instant};
@@ -470,11 +472,7 @@ mod tests {
                 while sleep.nap.napping.load(Ordering::SeqCst) == 0 {
                     std::thread::yield_now();
                 }
-                if waiter_publishes {
-                    note_waited();
-                }
-                sleep.notify_one();
-                take_waited();
+                sleep.notify_one(waiter_publishes);
                 napper.join().unwrap()
             })
         };

@@ -189,7 +189,14 @@ impl Shared {
     /// Wakes a parked worker unless one is spinning, counting it.
     #[inline]
     fn wake_one(&self) {
-        self.counters.wake_one(&self.sleep);
+        self.wake_one_for(false);
+    }
+
+    /// [`wake_one`](Self::wake_one) for work that `for_waiter` says is
+    /// marked as its publisher's own (`park::push_and_wake`).
+    #[inline]
+    fn wake_one_for(&self, for_waiter: bool) {
+        self.counters.wake_one(&self.sleep, for_waiter);
     }
 
     /// Whether any queue may hold work (a hint, for spinning and parking).
@@ -380,7 +387,7 @@ impl Executor for PerDeviceExecutor {
             match shared.priority.push(op, opts.priority) {
                 Ok(()) => {
                     if shared.priority_workers > 0 {
-                        shared.priority_sleep.notify_one();
+                        shared.priority_sleep.notify_one(false);
                     }
                     shared.wake_one();
                 }
@@ -409,7 +416,7 @@ impl Executor for PerDeviceExecutor {
                 _ => shared.home_node(),
             },
         };
-        if let Err(op) = push_and_wake(&shared.injectors[node], op, || shared.wake_one()) {
+        if let Err(op) = push_and_wake(&shared.injectors[node], op, |for_waiter| shared.wake_one_for(for_waiter)) {
             run_inline(core, op);
         }
     }

@@ -108,7 +108,7 @@ impl WorkerPool {
         if self.keep_as_successor(op) {
             return;
         }
-        if let Err(op) = push_and_wake(&self.ring, op, || self.wake_one()) {
+        if let Err(op) = push_and_wake(&self.ring, op, |for_waiter| self.wake_one_for(for_waiter)) {
             run_inline(core, op);
         }
     }
@@ -145,7 +145,14 @@ impl WorkerPool {
     /// Wakes a parked worker (unless one is spinning), counting it.
     #[inline]
     fn wake_one(&self) {
-        self.counters.wake_one(&self.sleep);
+        self.wake_one_for(false);
+    }
+
+    /// [`wake_one`](Self::wake_one) for work that `for_waiter` says is
+    /// marked as its publisher's own (`park::push_and_wake`).
+    #[inline]
+    fn wake_one_for(&self, for_waiter: bool) {
+        self.counters.wake_one(&self.sleep, for_waiter);
     }
 
     fn next_ready(&self) -> Option<u32> {
@@ -393,7 +400,7 @@ mod loom_models {
                 if op == 0 {
                     crate::executor::park::note_waited();
                 }
-                push_and_wake(&pool.ring, op, || pool.wake_one()).expect("the ring has room");
+                push_and_wake(&pool.ring, op, |for_waiter| pool.wake_one_for(for_waiter)).expect("the ring has room");
             }
             let total = &taken[ops as usize];
             let mut seen = total.load(Ordering::SeqCst);

@@ -129,7 +129,7 @@ impl Executor for ShuffleExecutor {
     fn schedule(&self, core: &Core, op: u32, _prop: FnProperty) {
         match self.shared.ready.push(op) {
             Ok(()) if self.workers > 0 => {
-                self.shared.sleep.notify_one();
+                self.shared.sleep.notify_one(false);
             }
             Ok(()) => {}
             Err(op) => run_inline(core, op),

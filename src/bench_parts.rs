@@ -185,7 +185,7 @@ pub fn park_wake(c: &mut Criterion) {
     c.bench_function("park/wake round trip", |b| {
         b.iter(|| {
             flag.store(1, Ordering::SeqCst);
-            sleep.notify_one();
+            sleep.notify_one(false);
             while flag.load(Ordering::SeqCst) != 2 {
                 std::hint::spin_loop();
             }

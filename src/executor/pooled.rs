@@ -424,6 +424,30 @@ mod loom_models {
         hand_off(1, 2);
     }
 
+    /// A spinner napping (`Sleep::nap`, still counted as spinning) against
+    /// a publish no waiter will run: either the publisher sees the nap
+    /// announced and wakes it, or the napper sees the work before it
+    /// sleeps, and it then takes it. Under loom the nap's timeout never
+    /// fires, so a lost wake-up is a deadlock.
+    #[test]
+    fn a_napping_spinner_never_sleeps_through_an_unmarked_publish() {
+        loom::model(|| {
+            let pool = Arc::new(WorkerPool::new(1, 0, Duration::ZERO));
+            assert!(pool.sleep.try_start_spinning());
+            let napper = {
+                let pool = pool.clone();
+                loom::thread::spawn(move || {
+                    let ring = &pool.ring;
+                    pool.sleep.nap(Duration::ZERO, || !ring.is_empty() && !ring.only_marked());
+                    pool.sleep.stop_spinning();
+                    assert_eq!(pool.next_ready(), Some(7), "the nap ended without the work");
+                })
+            };
+            push_and_wake(&pool.ring, 7, |for_waiter| pool.wake_one_for(for_waiter)).expect("the ring has room");
+            napper.join().unwrap();
+        });
+    }
+
     /// Two workers (both may spin, then park) against one publish.
     #[test]
     #[ignore = "heavy: about 2 minutes at LOOM_MAX_PREEMPTIONS=2; loom_tests/run.sh runs it"]

@@ -413,13 +413,43 @@ impl<T: Pooled> Pool<T> {
     /// Indices handed out and not given back. Exact only when no thread is
     /// taking or giving concurrently (tests and shutdown checks).
     pub(crate) fn live(&self) -> usize {
-        let mut free = 0usize;
-        let mut index = self.free.load(Ordering::Acquire) as u32;
+        let free = self.chain_len(self.free.load(Ordering::Acquire) as u32);
+        self.fresh.load(Ordering::Acquire) as usize - free
+    }
+
+    /// How many indices the free chain from `first` links (through
+    /// `next_free`). Exact only when nobody changes the chain meanwhile.
+    fn chain_len(&self, first: u32) -> usize {
+        let (mut n, mut index) = (0, first);
         while index != NIL {
-            free += 1;
+            n += 1;
             index = self.slot(index).next_free().load(Ordering::Relaxed);
         }
-        self.fresh.load(Ordering::Acquire) as usize - free
+        n
+    }
+
+    /// Takes an index through a taker's private chain whose first index is
+    /// `*head` ([`TakeCache`], [`ThreadCaches`]): its first one, after
+    /// refilling an empty chain by detaching the free list, or a fresh
+    /// index when that is empty too.
+    #[inline(always)]
+    fn take_cached(&self, head: &mut u32) -> u32 {
+        if *head == NIL {
+            *head = self.take_all();
+            if *head == NIL {
+                return self.take();
+            }
+        }
+        let index = *head;
+        let slot = self.slot(index);
+        // The detached chain is the caller's alone: its links were written
+        // before the gives that `take_all` acquired, and nobody gives them
+        // again.
+        *head = slot.next_free().load(Ordering::Relaxed);
+        slot.set_owned(index, true);
+        self.prefetch(*head);
+        self.prefetch_hinted(&slot.value);
+        index
     }
 
     /// Indices ever created (the pool's high-water mark).
@@ -530,21 +560,7 @@ impl TakeCache {
     /// list, else a fresh one.
     #[inline]
     pub(crate) fn take<T: Pooled>(&mut self, pool: &Pool<T>) -> u32 {
-        if self.head == NIL {
-            self.head = pool.take_all();
-            if self.head == NIL {
-                return pool.take();
-            }
-        }
-        let index = self.head;
-        let slot = pool.slot(index);
-        // The detached chain is ours alone: its links were written before
-        // the gives that `take_all` acquired, and nobody gives them again.
-        self.head = slot.next_free().load(Ordering::Relaxed);
-        slot.set_owned(index, true);
-        pool.prefetch(self.head);
-        pool.prefetch_hinted(&slot.value);
-        index
+        pool.take_cached(&mut self.head)
     }
 
     /// Gives every cached index back to the pool.
@@ -656,36 +672,17 @@ impl ThreadCaches {
     #[inline(always)]
     pub(crate) fn take<T: Pooled>(&self, pool: &Pool<T>) -> Option<u32> {
         let head = &self.heads[crate::thread_slot::current()?];
-        let mut index = head.load(Ordering::Relaxed);
-        if index == NIL {
-            index = pool.take_all();
-            if index == NIL {
-                return Some(pool.take());
-            }
-        }
-        let slot = pool.slot(index);
-        // The detached chain is this slot's alone: its links were written
-        // before the gives that `take_all` acquired.
-        let next = slot.next_free().load(Ordering::Relaxed);
-        head.store(next, Ordering::Relaxed);
-        slot.set_owned(index, true);
-        pool.prefetch(next);
-        pool.prefetch_hinted(&slot.value);
+        // The chain is this slot's alone (its holder's), like a `TakeCache`.
+        let mut first = head.load(Ordering::Relaxed);
+        let index = pool.take_cached(&mut first);
+        head.store(first, Ordering::Relaxed);
         Some(index)
     }
 
     /// Indices held in all the caches. Exact only when no thread is taking
     /// or giving concurrently, like [`Pool::live`].
     pub(crate) fn cached<T: Pooled>(&self, pool: &Pool<T>) -> usize {
-        let mut n = 0;
-        for head in self.heads.iter() {
-            let mut index = head.load(Ordering::Acquire);
-            while index != NIL {
-                n += 1;
-                index = pool.slot(index).next_free().load(Ordering::Relaxed);
-            }
-        }
-        n
+        self.heads.iter().map(|head| pool.chain_len(head.load(Ordering::Acquire))).sum()
     }
 }
 

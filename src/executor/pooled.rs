@@ -155,6 +155,12 @@ impl WorkerPool {
         self.counters.wake_one(&self.sleep, for_waiter);
     }
 
+    /// Whether the ring holds work a spinner must not leave to a waiter
+    /// (anything but one marked operation alone).
+    fn has_work_to_take(&self) -> bool {
+        !self.ring.is_empty() && !self.ring.only_marked()
+    }
+
     fn next_ready(&self) -> Option<u32> {
         let next = NEXT.with(|n| n.replace(NIL));
         if next != NIL {
@@ -186,7 +192,7 @@ impl WorkerPool {
                 // ring's lines, counted as spinning, until other work
                 // comes (`Sleep::nap`).
                 let stop = || self.stop.load(Ordering::SeqCst);
-                self.sleep.nap(NAP_LIMIT, || (!ring.is_empty() && !ring.only_marked()) || stop());
+                self.sleep.nap(NAP_LIMIT, || self.has_work_to_take() || stop());
                 self.sleep.stop_spinning();
                 return !stop();
             }
@@ -437,8 +443,7 @@ mod loom_models {
             let napper = {
                 let pool = pool.clone();
                 loom::thread::spawn(move || {
-                    let ring = &pool.ring;
-                    pool.sleep.nap(Duration::ZERO, || !ring.is_empty() && !ring.only_marked());
+                    pool.sleep.nap(Duration::ZERO, || pool.has_work_to_take());
                     pool.sleep.stop_spinning();
                     assert_eq!(pool.next_ready(), Some(7), "the nap ended without the work");
                 })

@@ -598,19 +598,22 @@ impl Core {
     /// this thread has helped run one ready operation (the one it just
     /// pushed, typically; when a peek at the queue says the first answer
     /// would be no, it helps before asking) — it answers without queuing
-    /// anything; otherwise
-    /// it pushes a marker reading (or writing) `var` and blocks until the
-    /// marker runs.
-    pub(crate) fn wait_var(&self, var: Var, write: bool) -> Result<(), EngineError> {
+    /// anything; otherwise it pushes a marker reading (or writing) `var`
+    /// and blocks until the marker runs.
+    ///
+    /// `slot` is `var`'s, as [`slot_of`](Self::slot_of) found it valid; the
+    /// ask checks again under the dispatcher.
+    pub(crate) fn wait_var(&self, var: Var, slot: &VarSlot, write: bool) -> Result<(), EngineError> {
         // Keep this thread's order: its bulked pushes go first.
         crate::bulk::flush_for(self)?;
         crate::executor::park::note_waited();
         // Right after a push to `var` an ask (which takes the dispatcher)
-        // would answer no: when a peek says so, help first, then ask.
-        let busy = self.looks_busy(var, write);
-        let mut at_once = if busy { None } else { self.wait_var_at_once(var, write) };
+        // would answer no: when a peek says so, help first, then ask. The
+        // peek is a racy hint (`VarQueue::looks_busy`).
+        let busy = slot.queue().looks_busy(&self.blocks, write);
+        let mut at_once = if busy { None } else { self.wait_var_at_once(var, slot, write) };
         if at_once.is_none() && (self.help_once() || busy) {
-            at_once = self.wait_var_at_once(var, write);
+            at_once = self.wait_var_at_once(var, slot, write);
         }
         if let Some(answer) = at_once {
             self.stats.waited_at_once();
@@ -634,19 +637,10 @@ impl Core {
         error.map_or(Ok(()), |e| Err(EngineError::OpFailed(e)))
     }
 
-    /// Whether `var`'s queue looks as if a wait on it (`write`: a wait to
-    /// write) could not be answered at once: a racy hint, read without the
-    /// dispatcher (`VarQueue::looks_busy`). `false` for a variable that is
-    /// not valid (the ask reports that).
-    fn looks_busy(&self, var: Var, write: bool) -> bool {
-        self.slot_of(var).is_ok_and(|slot| slot.queue().looks_busy(&self.blocks, write))
-    }
-
     /// `wait_var`'s answer if `var` has nothing in flight the wait must
     /// follow; `None` otherwise (and on any error, which the marker path
     /// reports the usual way).
-    fn wait_var_at_once(&self, var: Var, write: bool) -> Option<Result<(), EngineError>> {
-        let slot = self.slot_of(var).ok()?;
+    fn wait_var_at_once(&self, var: Var, slot: &VarSlot, write: bool) -> Option<Result<(), EngineError>> {
         let mut answer = None;
         // As the combiner: every push that returned before this call has
         // been appended (the drain), and nothing can be appended while we

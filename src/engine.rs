@@ -432,11 +432,11 @@ impl Engine {
     }
 
     fn wait_on(&self, var: Var, write: bool) -> Result<(), EngineError> {
-        self.core.slot_of(var)?;
+        let slot = self.core.slot_of(var)?;
         if self.core.would_deadlock(Some(var)) {
             return Err(EngineError::WaitWouldDeadlock);
         }
-        let waited = self.core.wait_var(var, write);
+        let waited = self.core.wait_var(var, slot, write);
         #[cfg(feature = "cuda")]
         self.core.gpu.wait_var(&self.core, var.slot, write)?;
         waited

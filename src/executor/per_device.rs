@@ -189,14 +189,7 @@ impl Shared {
     /// Wakes a parked worker unless one is spinning, counting it.
     #[inline]
     fn wake_one(&self) {
-        self.wake_one_for(false);
-    }
-
-    /// [`wake_one`](Self::wake_one) for work that `for_waiter` says is
-    /// marked as its publisher's own (`park::push_and_wake`).
-    #[inline]
-    fn wake_one_for(&self, for_waiter: bool) {
-        self.counters.wake_one(&self.sleep, for_waiter);
+        self.counters.wake_one(&self.sleep, false);
     }
 
     /// Whether any queue may hold work (a hint, for spinning and parking).
@@ -416,7 +409,9 @@ impl Executor for PerDeviceExecutor {
                 _ => shared.home_node(),
             },
         };
-        if let Err(op) = push_and_wake(&shared.injectors[node], op, |for_waiter| shared.wake_one_for(for_waiter)) {
+        if let Err(op) =
+            push_and_wake(&shared.injectors[node], op, |for_waiter| shared.counters.wake_one(&shared.sleep, for_waiter))
+        {
             run_inline(core, op);
         }
     }

@@ -108,7 +108,7 @@ impl WorkerPool {
         if self.keep_as_successor(op) {
             return;
         }
-        if let Err(op) = push_and_wake(&self.ring, op, |for_waiter| self.wake_one_for(for_waiter)) {
+        if let Err(op) = push_and_wake(&self.ring, op, |for_waiter| self.counters.wake_one(&self.sleep, for_waiter)) {
             run_inline(core, op);
         }
     }
@@ -145,14 +145,7 @@ impl WorkerPool {
     /// Wakes a parked worker (unless one is spinning), counting it.
     #[inline]
     fn wake_one(&self) {
-        self.wake_one_for(false);
-    }
-
-    /// [`wake_one`](Self::wake_one) for work that `for_waiter` says is
-    /// marked as its publisher's own (`park::push_and_wake`).
-    #[inline]
-    fn wake_one_for(&self, for_waiter: bool) {
-        self.counters.wake_one(&self.sleep, for_waiter);
+        self.counters.wake_one(&self.sleep, false);
     }
 
     /// Whether the ring holds work a spinner must not leave to a waiter
@@ -406,7 +399,8 @@ mod loom_models {
                 if op == 0 {
                     crate::executor::park::note_waited();
                 }
-                push_and_wake(&pool.ring, op, |for_waiter| pool.wake_one_for(for_waiter)).expect("the ring has room");
+                push_and_wake(&pool.ring, op, |for_waiter| pool.counters.wake_one(&pool.sleep, for_waiter))
+                    .expect("the ring has room");
             }
             let total = &taken[ops as usize];
             let mut seen = total.load(Ordering::SeqCst);
@@ -448,7 +442,8 @@ mod loom_models {
                     assert_eq!(pool.next_ready(), Some(7), "the nap ended without the work");
                 })
             };
-            push_and_wake(&pool.ring, 7, |for_waiter| pool.wake_one_for(for_waiter)).expect("the ring has room");
+            push_and_wake(&pool.ring, 7, |for_waiter| pool.counters.wake_one(&pool.sleep, for_waiter))
+                .expect("the ring has room");
             napper.join().unwrap();
         });
     }

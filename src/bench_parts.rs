@@ -10,7 +10,8 @@ use crate::context::{Context, RunContext};
 use crate::executor::park::Sleep;
 use crate::executor::ready_ring::ReadyRing;
 use crate::inline_fn::InlineFn;
-use crate::pool::{Pool, Tagged, TakeCache};
+use crate::pool::{Pool, Tagged};
+use crate::sweep::SweepCache;
 use crate::var_queue::{QueueHalves, VarBlock};
 use criterion::{BenchmarkId, Criterion};
 use std::hint::black_box;
@@ -26,7 +27,7 @@ pub fn var_queue(c: &mut Criterion) {
     let blocks: Pool<VarBlock> = Pool::new();
     let halves = QueueHalves::default();
     let q = halves.queue();
-    let mut spares = TakeCache::default();
+    let mut spares = SweepCache::default();
     // One thread plays both the appender and the granter throughout, so the
     // queue's single-appender and single-granter contracts hold; every
     // completion below completes an access this thread holds, and every

@@ -16,9 +16,10 @@ use crate::dispatch::Dispatcher;
 use crate::error::{EngineError, OpError};
 use crate::executor::Executor;
 use crate::opr::{Body, Dep, OprBlock, OprKind, READ, WRITE};
-use crate::pool::{Pool, SharedTakeCache, TakeCache, ThreadCaches, NIL};
+use crate::pool::{Pool, SharedTakeCache, ThreadCaches, NIL};
 use crate::profiler::Profiler;
 use crate::stats::Stats;
+use crate::sweep::{SweepCache, SWEEP_ROUND};
 use crate::sync::{AtomicBool, Ordering, UnsafeCell};
 use crate::var::{Var, VarSlot, DELETE_DISPATCHED, DELETE_REQUESTED};
 use crate::var_queue::VarBlock;
@@ -60,8 +61,8 @@ struct ReadyList {
     tail: u32,
 }
 
-/// The combiner's free variable blocks (see `pool::TakeCache`).
-struct SpareBlocks(UnsafeCell<TakeCache>);
+/// The combiner's free variable blocks (see `sweep::SweepCache`).
+struct SpareBlocks(UnsafeCell<SweepCache>);
 
 // SAFETY: only the thread holding the dispatcher touches the cache (in
 // `dispatch` and `return_spare_blocks`, both run as the combiner), and the
@@ -84,7 +85,7 @@ pub(crate) struct Core {
     pub(crate) bulks: Pool<BulkBuf>,
     pub(crate) dispatcher: Dispatcher,
     /// Free variable blocks held by the combiner for its appends (touched
-    /// only while holding the dispatcher; see `pool::TakeCache`). Written
+    /// only while holding the dispatcher; see `sweep::SweepCache`). Written
     /// on most appends, so it has a cache line of its own: next to the
     /// read-mostly flags that every run checks it cost a line transfer
     /// per operation.
@@ -127,12 +128,13 @@ impl Core {
             oprs: Pool::new().prefetching(workers > 0),
             op_blocks_mine: ThreadCaches::default(),
             op_cache: CachePadded::default(),
-            blocks: Pool::new().prefetching(workers > 0),
+            // Blocks die on workers too: swept in rounds (`sweep.rs`).
+            blocks: Pool::new().prefetching(workers > 0).sweeping_from(if workers > 0 { SWEEP_ROUND } else { 0 }),
             vars: Pool::new(),
             waits: Pool::with_first_segment(),
             bulks: Pool::new(),
             dispatcher: Dispatcher::default(),
-            spare_blocks: CachePadded::new(SpareBlocks(UnsafeCell::new(TakeCache::default()))),
+            spare_blocks: CachePadded::new(SpareBlocks(UnsafeCell::new(SweepCache::default()))),
             executor,
             pending: PendingCounter::default(),
             first_error: FirstError::default(),

@@ -138,6 +138,7 @@ mod profile;
 mod profiler;
 mod run;
 mod stats;
+mod sweep;
 mod sync;
 mod thread_slot;
 mod throttle;

@@ -59,8 +59,7 @@
 //! A taker that takes one index per operation can hold the free list
 //! privately: a [`TakeCache`] detaches the whole list with one CAS when it
 //! runs dry, so the shared head, onto which the giving threads swap their
-//! batches, is touched once per refill instead of once per take. The
-//! dispatcher's combiner keeps one for variable blocks. For operation
+//! batches, is touched once per refill instead of once per take. For operation
 //! blocks, each pushing thread has one of its own through
 //! [`ThreadCaches`] (per [thread slot](crate::thread_slot)), taken from
 //! with no locked instruction; threads without a slot share one
@@ -78,6 +77,7 @@
 //! `give` publishes with `Release` and `take` acquires, so everything the last
 //! owner wrote happens-before everything the next owner does.
 
+use crate::sweep::SweepSet;
 use crate::sync::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering, UnsafeCell};
 use crossbeam_utils::CachePadded;
 use std::ptr;
@@ -93,7 +93,7 @@ const INDEX_LIMIT: u32 = NIL - 1;
 const SEGMENT_BASE: u32 = if cfg!(depengine_loom) { 2 } else { 64 };
 
 /// Segments `0..SEGMENTS` cover more than `u32::MAX - 1` indices at base 64.
-const SEGMENTS: usize = if cfg!(depengine_loom) { 8 } else { 26 };
+pub(crate) const SEGMENTS: usize = if cfg!(depengine_loom) { 8 } else { 26 };
 
 /// A value a [`Pool`] can hold.
 pub(crate) trait Pooled: Default {
@@ -184,6 +184,10 @@ pub(crate) struct Pool<T> {
     origins: [AtomicPtr<Slot<T>>; SEGMENTS],
     /// Whether a take prefetches the next free value ([`Pool::prefetching`]).
     prefetch: bool,
+    /// Free indices waiting to be swept (`sweep.rs`; variable blocks).
+    swept: SweepSet,
+    /// Pool size below which a sweep takes fresh indices instead (`sweep.rs`).
+    sweep_from: u32,
 }
 
 // SAFETY: the pool hands out shared references to `T` on any thread, so `T`
@@ -194,18 +198,18 @@ unsafe impl<T: Send + Sync> Send for Pool<T> {}
 
 /// The segment that holds `index`.
 #[inline(always)]
-fn segment_of(index: u32) -> usize {
+pub(crate) fn segment_of(index: u32) -> usize {
     (index / SEGMENT_BASE + 1).ilog2() as usize
 }
 
 /// The index of segment `seg`'s first slot.
 #[inline(always)]
-fn segment_start(seg: usize) -> u32 {
+pub(crate) fn segment_start(seg: usize) -> u32 {
     SEGMENT_BASE * ((1u32 << seg) - 1)
 }
 
 #[inline(always)]
-fn segment_len(seg: usize) -> usize {
+pub(crate) fn segment_len(seg: usize) -> usize {
     (SEGMENT_BASE as usize) << seg
 }
 
@@ -217,7 +221,46 @@ impl<T: Pooled> Pool<T> {
             segments: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
             origins: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
             prefetch: false,
+            swept: SweepSet::default(),
+            sweep_from: 0,
         }
+    }
+
+    /// Makes a [`SweepCache`](crate::sweep::SweepCache) take fresh indices
+    /// until the pool holds `n`, so that a swept index comes back only
+    /// after a round of at least `n` (`sweep.rs`), and allocates those `n`
+    /// now, with their sweep bits: growing to them later would allocate
+    /// on the path of a push long after warm-up.
+    pub(crate) fn sweeping_from(mut self, n: u32) -> Self {
+        self.sweep_from = n;
+        if n > 0 {
+            for seg in 0..=segment_of(n - 1) {
+                self.ensure_segment(seg);
+                self.swept.allocate(seg);
+            }
+        }
+        self
+    }
+
+    /// The pool size from which a sweep claims ([`sweeping_from`](Self::sweeping_from)).
+    #[inline(always)]
+    pub(crate) fn sweep_from(&self) -> u32 {
+        self.sweep_from
+    }
+
+    /// The free indices that wait for a [`SweepCache`](crate::sweep::SweepCache)
+    /// (`sweep.rs`), apart from the free list.
+    #[inline(always)]
+    pub(crate) fn swept(&self) -> &SweepSet {
+        &self.swept
+    }
+
+    /// Debug builds: records that `index` is handed out (`true`) or free
+    /// (`false`), panicking on a double take or give. For takers and givers
+    /// other than the pool's own (`sweep.rs`).
+    #[inline(always)]
+    pub(crate) fn mark_owned(&self, index: u32, owned: bool) {
+        self.slot(index).set_owned(index, owned);
     }
 
     /// Makes every take start bringing the value the next take will likely
@@ -413,7 +456,7 @@ impl<T: Pooled> Pool<T> {
     /// Indices handed out and not given back. Exact only when no thread is
     /// taking or giving concurrently (tests and shutdown checks).
     pub(crate) fn live(&self) -> usize {
-        let free = self.chain_len(self.free.load(Ordering::Acquire) as u32);
+        let free = self.chain_len(self.free.load(Ordering::Acquire) as u32) + self.swept.len();
         self.fresh.load(Ordering::Acquire) as usize - free
     }
 
@@ -502,12 +545,6 @@ impl GiveBatch {
         self.len
     }
 
-    /// Whether the batch holds nothing.
-    #[inline]
-    pub(crate) fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// Gives every index of the batch back.
     pub(crate) fn flush<T: Pooled>(&mut self, pool: &Pool<T>) {
         if self.len > 0 {
@@ -517,27 +554,9 @@ impl GiveBatch {
     }
 }
 
-impl GiveBatch {
-    /// Moves every index of `other` into this batch (no atomics).
-    pub(crate) fn append<T: Pooled>(&mut self, pool: &Pool<T>, other: GiveBatch) {
-        if other.len == 0 {
-            return;
-        }
-        if self.len == 0 {
-            *self = other;
-            return;
-        }
-        pool.slot(other.last).next_free().store(self.first, Ordering::Relaxed);
-        self.first = other.first;
-        self.len += other.len;
-        // The chain now starts with `other`'s indices, whose recent ones
-        // `self` did not record: the next adds get no hint.
-        self.recent = [NIL; HINT_AHEAD];
-    }
-}
-
 /// Free indices held privately by one taker at a time (the caller
-/// guarantees that: the dispatcher's combiner, for variable blocks).
+/// guarantees that: a thread slot's holder, or the holder of a
+/// [`SharedTakeCache`]'s flag).
 ///
 /// When it runs dry it detaches the pool's whole free list with one CAS, so
 /// a thread that takes an index per operation touches the shared head once
@@ -800,14 +819,9 @@ mod tests {
         let pool: Pool<Tagged> = Pool::new();
         let taken: Vec<u32> = (0..40).map(|_| pool.take()).collect();
         let mut batch = GiveBatch::default();
-        for &i in &taken[..30] {
+        for &i in &taken {
             batch.add(&pool, i);
         }
-        let mut more = GiveBatch::default();
-        for &i in &taken[30..] {
-            more.add(&pool, i);
-        }
-        batch.append(&pool, more);
         batch.flush(&pool);
         assert_eq!(pool.live(), 0);
         let mut cache = TakeCache::default();

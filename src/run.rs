@@ -27,7 +27,7 @@ use crate::error::{panic_message, OpError};
 use crate::inline_fn::{InlineFn, Outcome};
 use crate::operator::OperatorBody;
 use crate::opr::{Body, Meta, OprBlock, OprKind};
-use crate::pool::GiveBatch;
+use crate::sweep::SweepBatch;
 use crate::sync::Ordering;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -249,9 +249,8 @@ impl Core {
     /// Phase 4: records the outcome on the written variables and releases
     /// every variable, granting (and scheduling) the operations next in line.
     /// Returns the variable blocks it freed, for the caller to retire.
-    #[must_use]
     #[inline(always)]
-    fn complete(&self, op: u32, failure: Option<&Arc<OpError>>) -> GiveBatch {
+    fn complete(&self, op: u32, failure: Option<&Arc<OpError>>) -> SweepBatch {
         let block = self.oprs.get(op);
         // SAFETY: the completer owns the block until `finish`; `meta` and
         // the variables are not written by anyone else meanwhile.
@@ -278,10 +277,10 @@ impl Core {
             }
         }
         if meta.rejected.is_some() {
-            return GiveBatch::EMPTY; // never appended to any queue
+            return SweepBatch::EMPTY; // never appended to any queue
         }
         let changes_values = matches!(meta.kind, OprKind::User | OprKind::DeleteVar);
-        let mut freed = GiveBatch::EMPTY;
+        let mut freed = SweepBatch::EMPTY;
         for d in deps {
             let slot = self.vars.get(d.slot());
             // SAFETY: this operation holds exactly this access (so the write
@@ -314,14 +313,14 @@ impl Core {
     /// Drops an asynchronous block's reference; the last one finishes it.
     fn release(&self, op: u32) {
         if self.oprs.get(op).refs.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.finish(op, GiveBatch::EMPTY);
+            self.finish(op, SweepBatch::EMPTY);
         }
     }
 
     /// Gives the block (and the variable blocks its completion `freed`)
     /// back and counts the operation as finished.
     #[inline(always)]
-    fn finish(&self, op: u32, freed: GiveBatch) {
+    fn finish(&self, op: u32, freed: SweepBatch) {
         let block = self.oprs.get(op);
         #[cfg(debug_assertions)]
         block.transition(op, crate::opr::phase::RUNNING, crate::opr::phase::FREE);

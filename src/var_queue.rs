@@ -1,6 +1,7 @@
 #![doc = include_str!("../docs/var-queue.md")]
 
-use crate::pool::{GiveBatch, Pool, Pooled, TakeCache, NIL};
+use crate::pool::{Pool, Pooled, NIL};
+use crate::sweep::{SweepBatch, SweepCache};
 use crate::sync::{AtomicU32, AtomicU8, Ordering, UnsafeCell};
 
 /// A block's `status`: the unfilled sentinel, behind something running or
@@ -128,19 +129,21 @@ impl QueueHalves {
 /// The result of one completing access: the operations it granted, at most
 /// one write or any number of reads (a run of consecutive queued reads).
 ///
-/// Each granted block is read once and collected in `freed`; the caller may
-/// take that batch ([`take_freed`](Self::take_freed)) to give it back later
+/// Each granted block is read once and collected in `freed` (for the
+/// pool's sweep, `sweep.rs`: the block's own line is left as the granter
+/// read it); the caller may take that batch
+/// ([`take_freed`](Self::take_freed)) to give it back later
 /// with others, or let the drop give it back at once.
 pub(crate) struct Granted<'a> {
     blocks: &'a Pool<VarBlock>,
     next: u32,
     left: u32,
-    freed: GiveBatch,
+    freed: SweepBatch,
 }
 
 impl<'a> Granted<'a> {
     fn new(blocks: &'a Pool<VarBlock>, next: u32, left: u32) -> Self {
-        Granted { blocks, next, left, freed: GiveBatch::EMPTY }
+        Granted { blocks, next, left, freed: SweepBatch::EMPTY }
     }
 
     fn none(blocks: &'a Pool<VarBlock>) -> Self {
@@ -148,7 +151,7 @@ impl<'a> Granted<'a> {
     }
 
     /// The blocks of the operations granted so far, now the caller's to give back.
-    pub(crate) fn take_freed(&mut self) -> GiveBatch {
+    pub(crate) fn take_freed(&mut self) -> SweepBatch {
         std::mem::take(&mut self.freed)
     }
 }
@@ -231,7 +234,7 @@ impl<'a> VarQueue<'a> {
     /// appender owns the sentinel), on a queue that was [`reset`](Self::reset).
     /// `spares` supplies the empty block linked behind a queued access.
     #[inline]
-    pub(crate) unsafe fn append(self, blocks: &Pool<VarBlock>, spares: &mut TakeCache, opr: u32, write: bool) -> bool {
+    pub(crate) unsafe fn append(self, blocks: &Pool<VarBlock>, spares: &mut SweepCache, opr: u32, write: bool) -> bool {
         let (sentinel, status) = self.sentinel(blocks);
         let s = blocks.get(sentinel);
         match status {
@@ -474,7 +477,7 @@ mod tests {
         let blocks = Pool::new();
         let h = halves(&blocks);
         let q = h.queue();
-        let mut spares = TakeCache::default();
+        let mut spares = SweepCache::default();
         // SAFETY: single-threaded; every completion matches a granted access.
         unsafe {
             assert!(q.append(&blocks, &mut spares, 1, false), "first read granted");
@@ -505,7 +508,7 @@ mod tests {
         let blocks = Pool::new();
         let h = halves(&blocks);
         let q = h.queue();
-        let mut spares = TakeCache::default();
+        let mut spares = SweepCache::default();
         let agree = |what: &str| {
             for write in [false, true] {
                 assert_eq!(q.looks_busy(&blocks, write), !q.grants_at_once(&blocks, write), "{what}, write: {write}");
@@ -559,7 +562,7 @@ mod tests {
         };
         std::thread::scope(|s| {
             s.spawn(|| {
-                let mut spares = TakeCache::default();
+                let mut spares = SweepCache::default();
                 for op in 0..OPS {
                     // SAFETY: the only appender.
                     if unsafe { q.append(&blocks, &mut spares, op, is_write(op)) } {
@@ -642,7 +645,7 @@ mod loom_models {
         /// Appends `ops` in order (the single appender); returns the ones
         /// granted at once.
         fn append(&self, ops: std::ops::Range<u32>) -> Vec<u32> {
-            let mut spares = TakeCache::default();
+            let mut spares = SweepCache::default();
             // SAFETY: each model has one appending thread at a time.
             let granted = ops.filter(|&op| unsafe {
                 self.halves.queue().append(&self.blocks, &mut spares, op, self.writes[op as usize])

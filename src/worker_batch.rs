@@ -1,7 +1,8 @@
 //! Per-worker batching of the shared bookkeeping that ends an operation.
 //!
 //! Finishing an operation gives its block and the variable blocks of the
-//! operations it granted back to their pools and decrements the engine's
+//! operations it granted back to their pools (the variable blocks into the
+//! pool's sweep set, `sweep.rs`) and decrements the engine's
 //! pending count: writes to cache lines that the pushing thread also writes
 //! for every push. A worker thread instead collects both
 //! locally and publishes them every [`BATCH_LEN`] operations and whenever it
@@ -14,6 +15,7 @@
 
 use crate::core::Core;
 use crate::pool::GiveBatch;
+use crate::sweep::SweepBatch;
 use std::cell::Cell;
 
 /// Operations a worker retires before publishing them.
@@ -24,14 +26,14 @@ struct WorkerBatch {
     /// The core this thread works for (null: not a worker, no batching).
     core: *const Core,
     blocks: GiveBatch,
-    var_blocks: GiveBatch,
+    var_blocks: SweepBatch,
     done: u64,
 }
 
 impl WorkerBatch {
     /// An empty batch for `core` (null: not a worker).
     const fn empty(core: *const Core) -> Self {
-        WorkerBatch { core, blocks: GiveBatch::EMPTY, var_blocks: GiveBatch::EMPTY, done: 0 }
+        WorkerBatch { core, blocks: GiveBatch::EMPTY, var_blocks: SweepBatch::EMPTY, done: 0 }
     }
 
     /// Gives the blocks back and counts the operations finished.
@@ -91,7 +93,7 @@ impl Core {
     /// Gives a finished operation's block back, with the variable blocks
     /// its completion freed, and counts it as finished — batched on this
     /// core's workers, at once elsewhere.
-    pub(crate) fn retire(&self, op: u32, freed: GiveBatch) {
+    pub(crate) fn retire(&self, op: u32, freed: SweepBatch) {
         let batch = move |b: &mut WorkerBatch| {
             b.done += 1;
             b.var_blocks.append(&self.blocks, freed);
@@ -110,7 +112,7 @@ impl Core {
 
     /// Gives back the variable blocks a completion collected — batched on
     /// this core's workers (published with the next batch), at once elsewhere.
-    pub(crate) fn retire_var_blocks(&self, freed: GiveBatch) {
+    pub(crate) fn retire_var_blocks(&self, freed: SweepBatch) {
         if freed.is_empty() {
             return;
         }

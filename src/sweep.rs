@@ -21,7 +21,7 @@
 //! by when the worker that read it has long moved on. Until the pool holds
 //! [`SWEEP_ROUND`] blocks (the threaded engines' pools,
 //! `Pool::sweeping_from`, allocated when the engine is built) the cache
-//! takes fresh ones instead, so that one round is long: 256 KiB of
+//! takes fresh ones instead, so that one round is long: 255 KiB of
 //! variable blocks per engine. PERF.md, "Changes of 2026-11-25", has the
 //! figures.
 //!
@@ -50,9 +50,11 @@ use std::ptr;
 
 /// The threaded engines' variable-block pools grow to this many blocks
 /// before their [`SweepCache`] claims (`Pool::sweeping_from`): the round a
-/// given-back block waits before it is taken again (256 KiB). Measured
-/// against 4,096 and 65,536 (PERF.md, "Changes of 2026-11-25").
-pub(crate) const SWEEP_ROUND: u32 = 16_384;
+/// given-back block waits before it is taken again. The first eight pool
+/// segments exactly (16,320 blocks, 255 KiB), so that none is allocated
+/// in part. Measured as 16,384 against 4,096 and 65,536 (PERF.md,
+/// "Changes of 2026-11-25").
+pub(crate) const SWEEP_ROUND: u32 = 64 * ((1 << 8) - 1);
 
 /// Bits per word of the set.
 const WORD_BITS: u32 = 64;

@@ -187,12 +187,7 @@ impl SweepBatch {
     pub(crate) fn add<T: Pooled>(&mut self, pool: &Pool<T>, index: u32) {
         pool.mark_owned(index, false);
         let (seg, word, bit) = bit_of(index);
-        if self.mask != 0 && (self.seg as usize, self.word as usize) != (seg, word) {
-            self.flush(pool);
-        }
-        self.seg = seg as u32;
-        self.word = word as u32;
-        self.mask |= 1 << bit;
+        self.append(pool, SweepBatch { seg: seg as u32, word: word as u32, mask: 1 << bit });
     }
 
     /// Moves `other`'s indices into this batch; flushes this one's first
@@ -299,19 +294,12 @@ impl SweepCache {
 
     /// Puts the claimed indices not handed out back in the set.
     pub(crate) fn give_back<T: Pooled>(&mut self, pool: &Pool<T>) {
-        if self.bits == 0 {
-            return;
-        }
-        let mut batch = SweepBatch::EMPTY;
-        while self.bits != 0 {
-            let bit = self.bits.trailing_zeros();
-            self.bits &= self.bits - 1;
-            let index = index_of(self.seg, self.word, bit);
-            // Still free: `take` marked none of these owned.
-            pool.mark_owned(index, true);
-            batch.add(pool, index);
-        }
-        batch.flush(pool);
+        // The bits left are of the claimed word and still free (`take`
+        // marks an index owned only as it hands it out): they go back as
+        // they came, with one `fetch_or`.
+        let mut rest = SweepBatch { seg: self.seg as u32, word: self.word as u32, mask: self.bits };
+        self.bits = 0;
+        rest.flush(pool);
     }
 }
 

@@ -441,6 +441,17 @@ impl Core {
         self.op_blocks_mine.take(&self.oprs).unwrap_or_else(|| self.op_cache.take(&self.oprs))
     }
 
+    /// Gives back the block of an operation that a waiting thread ran
+    /// (`worker_batch.rs`): into the thread's own slot cache when that is
+    /// empty (`ThreadCaches::keep_one`: a push-then-wait round trip reuses
+    /// one block, with no locked instruction), else to the pool.
+    #[inline(always)]
+    pub(crate) fn give_op_block(&self, op: u32) {
+        if !self.op_blocks_mine.keep_one(&self.oprs, op) {
+            self.oprs.give(op);
+        }
+    }
+
     /// Operation blocks in use: taken and not given back, less those the
     /// slot caches hold free. Exact only when no thread is pushing or
     /// completing (pool statistics).
@@ -571,7 +582,7 @@ impl Core {
     /// Runs one ready operation on this (non-worker, or waiting) thread if
     /// the executor has one, counting it; returns whether it ran one.
     pub(crate) fn help_once(&self) -> bool {
-        let ran = self.executor.help(self);
+        let ran = crate::worker_batch::helping(|| self.executor.help(self));
         if ran {
             self.stats.helped();
         }

@@ -379,12 +379,28 @@ impl<T: Pooled> Pool<T> {
 
     /// Gives `index` back; the caller must own it and not use it afterwards.
     pub(crate) fn give(&self, index: u32) {
+        self.release_slot(index);
+        self.give_chain(index, index);
+    }
+
+    /// Gives `index` back onto a taker's private chain whose first index is
+    /// `*head` (the inverse of [`take_cached`](Self::take_cached)), with no
+    /// locked instruction; the caller must own `index` and the chain.
+    fn give_cached(&self, index: u32, head: &mut u32) {
+        self.release_slot(index);
+        self.slot(index).next_free().store(*head, Ordering::Relaxed);
+        *head = index;
+    }
+
+    /// What every give does to the slot itself: marks it free and clears
+    /// its prefetch hint.
+    #[inline(always)]
+    fn release_slot(&self, index: u32) {
         let slot = self.slot(index);
         slot.set_owned(index, false);
         if let Some(hint) = slot.value.ahead_hint() {
             hint.store(NIL, Ordering::Relaxed);
         }
-        self.give_chain(index, index);
     }
 
     /// Pushes the chain `first → … → last` (linked through `next_free`)
@@ -662,10 +678,13 @@ impl SharedTakeCache {
 /// The holder of slot `i` is the only thread that takes from cache `i`,
 /// so a take needs no locked instruction (a [`SharedTakeCache`] needs two:
 /// its flag's CAS and release); like a [`TakeCache`], a dry cache refills
-/// by detaching the pool's whole free list with one CAS. Given-back
-/// indices still go to the pool (kept here, a waiting thread's own
-/// blocks came back hot, but pooled `nodeps` W=0 lost 10–14 %: PERF.md,
-/// "eighth round").
+/// by detaching the pool's whole free list with one CAS. A thread that
+/// gives an index back keeps it only when its cache is empty
+/// ([`keep_one`](Self::keep_one)): a thread that waits on the operation
+/// it pushed and runs it itself then takes the same block for its next
+/// push, with no locked instruction on either side. Everything else goes
+/// to the pool (keeping up to 64 cost pooled `nodeps` W=0 10–14 %: the
+/// pusher's cache never ran dry, PERF.md, "eighth round").
 ///
 /// The head is an atomic only so that [`cached`](Self::cached) may count
 /// from another thread; the holder reads and writes it relaxed. A slot
@@ -696,6 +715,24 @@ impl ThreadCaches {
         let index = pool.take_cached(&mut first);
         head.store(first, Ordering::Relaxed);
         Some(index)
+    }
+
+    /// Keeps `index`, which the calling thread owns and gives back, in the
+    /// thread's cache if that is empty; `false` (nothing done) if it is not
+    /// or the thread holds no slot: the caller gives it to the pool.
+    #[inline(always)]
+    pub(crate) fn keep_one<T: Pooled>(&self, pool: &Pool<T>, index: u32) -> bool {
+        let Some(slot) = crate::thread_slot::current() else {
+            return false;
+        };
+        let head = &self.heads[slot];
+        let mut first = head.load(Ordering::Relaxed);
+        if first != NIL {
+            return false;
+        }
+        pool.give_cached(index, &mut first);
+        head.store(first, Ordering::Relaxed);
+        true
     }
 
     /// Indices held in all the caches. Exact only when no thread is taking
@@ -1002,6 +1039,38 @@ mod tests {
                 pool.give(b);
             });
         });
+        owned(0);
+    }
+
+    #[test]
+    fn a_slot_cache_keeps_a_given_back_index_only_when_empty() {
+        let pool: Pool<Tagged> = Pool::new();
+        let caches = ThreadCaches::default();
+        let owned = |n: usize| assert_eq!(pool.live() - caches.cached(&pool), n);
+        // The cache is dry and the free list empty: a fresh index.
+        let Some(a) = caches.take(&pool) else { return };
+        owned(1);
+        assert!(caches.keep_one(&pool, a), "an empty cache keeps it");
+        owned(0);
+        assert_eq!(caches.cached(&pool), 1);
+        assert_eq!(caches.take(&pool), Some(a), "the kept index comes back first");
+        assert_eq!(pool.capacity_used(), 1, "no fresh index was needed");
+        let b = pool.take();
+        assert!(caches.keep_one(&pool, a));
+        assert!(!caches.keep_one(&pool, b), "a cache holding one keeps no second");
+        owned(1);
+        pool.give(b);
+        owned(0);
+        // Another thread's cache is its own: it refills from the pool (`b`).
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let Some(c) = caches.take(&pool) else { return };
+                assert_eq!(c, b);
+                pool.give(c);
+            });
+        });
+        assert_eq!(caches.take(&pool), Some(a));
+        pool.give(a);
         owned(0);
     }
 }

@@ -166,24 +166,29 @@ impl Stats {
         }
     }
 
-    /// Adds one to the waiter counter `pick` chooses: in this thread's
-    /// slot without a locked instruction, else in the shared copy.
+    /// Adds one to each waiter counter `picks` chooses: in this thread's
+    /// slot without a locked instruction (one slot look-up for all), else
+    /// in the shared copy.
     #[inline(always)]
-    fn count_waiter(&self, pick: impl Fn(&WaiterShard) -> &AtomicU64) {
+    fn count_waiter<const N: usize>(&self, picks: [fn(&WaiterShard) -> &AtomicU64; N]) {
         match thread_slot::current() {
             Some(slot) => {
-                // Only this slot's holder writes its copy.
-                let c = pick(&self.waiters[slot]);
-                c.store(c.load(Relaxed) + 1, Relaxed);
+                for pick in picks {
+                    // Only this slot's holder writes its copy.
+                    let c = pick(&self.waiters[slot]);
+                    c.store(c.load(Relaxed) + 1, Relaxed);
+                }
             }
             None => {
-                pick(&self.shared.waiters).fetch_add(1, Relaxed);
+                for pick in picks {
+                    pick(&self.shared.waiters).fetch_add(1, Relaxed);
+                }
             }
         }
     }
 
     pub(crate) fn helped(&self) {
-        self.count_waiter(|w| &w.helped);
+        self.count_waiter([|w| &w.helped]);
     }
 
     pub(crate) fn skipped(&self) {
@@ -195,12 +200,11 @@ impl Stats {
     }
 
     pub(crate) fn waited(&self) {
-        self.count_waiter(|w| &w.waits);
+        self.count_waiter([|w| &w.waits]);
     }
 
     pub(crate) fn waited_at_once(&self) {
-        self.count_waiter(|w| &w.waits_at_once);
-        self.waited();
+        self.count_waiter([|w| &w.waits_at_once, |w| &w.waits]);
     }
 
     pub(crate) fn throttled(&self) {

@@ -86,6 +86,20 @@ pub(crate) const LOCAL_CAPACITY: usize = 64;
 /// Ready operations a node's injector holds before pushers run them inline.
 const INJECTOR_CAPACITY: usize = 1 << 14;
 
+/// `x % n` (`n > 0`) with no division when `x < 2n`, the callers' usual
+/// case: a `div` costs tens of cycles, and the push path and the stealing
+/// loop reduce an index on every call.
+#[inline(always)]
+fn wrap_below(x: usize, n: usize) -> usize {
+    if x < n {
+        x
+    } else if x - n < n {
+        x - n
+    } else {
+        x % n
+    }
+}
+
 /// What every worker and helper shares.
 struct Shared {
     stealers: Box<[Stealer<u32>]>,
@@ -182,7 +196,10 @@ impl Shared {
                 let cpu = unsafe { libc::sched_getcpu() };
                 h.set(if cpu < 0 { 0 } else { self.topology.node_of(cpu as usize) });
             }
-            h.get() % self.injectors.len()
+            // A thread keeps its node across engines, so it may name a node
+            // this one lacks; the reduction is a branch, not a division, on
+            // every push and help.
+            wrap_below(h.get(), self.injectors.len())
         })
     }
 
@@ -216,7 +233,8 @@ impl Shared {
         let n = self.stealers.len();
         let start = me.map_or(0, |m| m + 1);
         for k in 0..n {
-            let w = (start + k) % n;
+            // `start <= n`, so one subtraction wraps it (no division).
+            let w = wrap_below(start + k, n);
             if Some(w) == me || (self.node_of[w] == node) != same_node {
                 continue;
             }
@@ -258,7 +276,7 @@ impl Shared {
         }
         let others = self.injectors.len();
         for k in 1..others {
-            if let Some(op) = self.injectors[(node + k) % others].pop() {
+            if let Some(op) = self.injectors[wrap_below(node + k, others)].pop() {
                 return Some(op);
             }
         }
@@ -405,7 +423,7 @@ impl Executor for PerDeviceExecutor {
             }
             Some(local) => shared.node_of[local.id],
             None => match opts.ctx {
-                Context::Cpu(node) if node != Context::ANY_NODE => node as usize % shared.injectors.len(),
+                Context::Cpu(node) if node != Context::ANY_NODE => wrap_below(node as usize, shared.injectors.len()),
                 _ => shared.home_node(),
             },
         };

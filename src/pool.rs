@@ -683,8 +683,9 @@ impl SharedTakeCache {
 /// ([`keep_one`](Self::keep_one)): a thread that waits on the operation
 /// it pushed and runs it itself then takes the same block for its next
 /// push, with no locked instruction on either side. Everything else goes
-/// to the pool (keeping up to 64 cost pooled `nodeps` W=0 10–14 %: the
-/// pusher's cache never ran dry, PERF.md, "eighth round").
+/// to the pool: keeping more, or on every give by a non-worker, cost
+/// `naive` `random` and `layered` 8–11 % and pooled `nodeps` up to 14 %
+/// (PERF.md, "Tried and not kept").
 ///
 /// The head is an atomic only so that [`cached`](Self::cached) may count
 /// from another thread; the holder reads and writes it relaxed. A slot

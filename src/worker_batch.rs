@@ -8,6 +8,12 @@
 //! locally and publishes them every [`BATCH_LEN`] operations and whenever it
 //! runs out of work, so those lines cross cores once per batch.
 //!
+//! Other threads give back and count at once. One that runs an operation
+//! while helping a wait (or the pending cap) along ([`helping`]) keeps
+//! that operation's block in its own cache for its next push
+//! (`Core::give_op_block`), so a push-then-wait round trip reuses one
+//! block without a locked instruction.
+//!
 //! Batching only delays: a block is given back and an operation counted as
 //! finished later than it could be, never earlier, so `wait_all` still
 //! returns only once everything has finished (a worker flushes before it

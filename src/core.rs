@@ -468,7 +468,9 @@ impl Core {
         #[cfg(debug_assertions)]
         block.transition(op, crate::opr::phase::FILLED, crate::opr::phase::DISPATCHED);
         // SAFETY: phase 2: the combiner owns meta and reads deps; granters
-        // touch only `wait` until the guard below is released.
+        // touch only `wait` until it reaches zero, which cannot happen
+        // before the last append (see below), after which nothing here
+        // touches the block unless the grants came at once.
         unsafe {
             let meta = block.meta_mut();
             meta.ticket = ticket;
@@ -491,20 +493,28 @@ impl Core {
             if self.diagnosis.is_some() {
                 self.diag_dispatched(block, meta, deps);
             }
-            block.wait.store(deps.len() as u32 + 1, Ordering::Relaxed);
-            let mut granted = 1;
+            // `wait` counts every variable; the grants the appends make at
+            // once are taken off after the last append. Granters can take
+            // off only the others, so `wait` cannot reach zero before then
+            // unless no grant came at once: then the last append hands the
+            // block over, and nothing here touches it after that append.
+            let n = deps.len() as u32;
+            block.wait.store(n, Ordering::Relaxed);
+            let mut at_once = 0;
             self.spare_blocks.0.with_mut(|spares| {
                 // SAFETY: the combiner alone touches the spares (field docs).
                 let spares = &mut *spares;
                 for d in deps {
                     if self.vars.get(d.slot()).queue().append(&self.blocks, spares, op, d.writes()) {
-                        granted += 1;
+                        at_once += 1;
                     }
                 }
             });
             // Granted by every variable at once: no granter can touch `wait`,
-            // so the operation is ready without a locked instruction.
-            if granted == deps.len() as u32 + 1 || block.wait.fetch_sub(granted, Ordering::AcqRel) == granted {
+            // so the operation is ready without a locked instruction; by
+            // none: the granters count it down alone (no locked instruction
+            // here either).
+            if at_once == n || (at_once > 0 && block.wait.fetch_sub(at_once, Ordering::AcqRel) == at_once) {
                 ready.push(&self.oprs, op);
             }
         }

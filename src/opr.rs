@@ -218,8 +218,9 @@ pub(crate) struct Meta {
 #[derive(Default)]
 #[repr(C, align(64))]
 pub(crate) struct OprBlock {
-    /// Variables not yet granted, plus one held by the dispatcher until it
-    /// has appended to every queue. Whoever takes it to zero runs the block.
+    /// Variables not yet granted (those granted at once by the appends
+    /// are taken off by the dispatcher after the last one). Whoever takes
+    /// it to zero runs the block.
     pub(crate) wait: AtomicU32,
     /// Asynchronous blocks: runner + completion references. While the
     /// block is free: the pool's look-ahead hint (`Pooled::ahead_hint`).

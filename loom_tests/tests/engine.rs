@@ -183,3 +183,39 @@ fn wait_all_waits_for_a_delegated_child_push() {
         other.join().unwrap();
     });
 }
+
+/// Operations whose variables are granted partly at once and partly by a
+/// completion on another thread racing their dispatch. The first writes
+/// `a` (queued behind a foreign write) and `b` (idle: granted at once);
+/// the second writes `a` alone (queued behind the first, or granted at once
+/// if the first already ran). The dispatcher takes off its at-once grants
+/// only after its last append, and with none at once leaves the
+/// operation to the granters: each runs once, after the write it follows.
+#[test]
+fn grants_racing_a_dispatch_run_each_operation_once_in_order() {
+    loom::model(|| {
+        let engine = naive();
+        let (a, b) = (engine.new_var(), engine.new_var());
+        let cell = Arc::new(AtomicU64::new(0));
+        let t = push_foreign_store(&engine, a, &cell, 7);
+        let runs = Arc::new(AtomicU64::new(0));
+        for (k, writes) in [&[a, b][..], &[a][..]].into_iter().enumerate() {
+            let (cell, runs) = (cell.clone(), runs.clone());
+            engine
+                .push_sync(
+                    move |_| {
+                        assert_eq!(cell.load(Ordering::Relaxed), 7, "ran before the foreign write");
+                        assert_eq!(runs.fetch_add(1, Ordering::Relaxed), k as u64, "ran out of push order");
+                    },
+                    &[],
+                    writes,
+                )
+                .expect("push");
+        }
+        t.join().unwrap();
+        engine.wait_all().expect("all succeeded");
+        assert_eq!(runs.load(Ordering::Relaxed), 2);
+        assert_eq!(engine.var_version(a).unwrap(), 3);
+        assert_eq!(engine.var_version(b).unwrap(), 1);
+    });
+}

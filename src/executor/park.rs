@@ -150,6 +150,12 @@ impl Sleep {
 }
 
 impl Sleep {
+    /// Whether any worker is spinning now (a hint).
+    #[inline]
+    pub(crate) fn anyone_spinning(&self) -> bool {
+        self.spinning.load(Ordering::Relaxed) != 0
+    }
+
     /// **running → spinning**: succeeds for at most `max_spinning` workers
     /// at a time.
     pub(crate) fn try_start_spinning(&self) -> bool {

@@ -9,7 +9,11 @@
 //! - Made ready on one of this engine's workers by a completion: that
 //!   worker's successor slot if free (run next, and no thief can take it,
 //!   so a dependency chain stays on one core with no cross-core hop), else
-//!   its own deque. A nested push from a running body goes to the deque
+//!   its own deque. One exception: a worker pinned to the CPU the pusher
+//!   was last seen on, while another worker spins, sends the operation to
+//!   the injector instead (`Shared::shed_to_idle`), so that the chain moves
+//!   to the idle core rather than take turns with the pusher for its own.
+//!   A nested push from a running body goes to the deque
 //!   (other workers may steal it while the body runs). Up to
 //!   [`LOCAL_CAPACITY`] wait in the deque; beyond, they go to the node's
 //!   injector.
@@ -74,8 +78,9 @@ use crate::stats::{EngineStats, ExecutorCounters, READY_SAMPLE};
 use crate::sync::{AtomicBool, Ordering};
 use crate::topology::Topology;
 use crossbeam_deque::{Steal, Stealer, Worker};
+use crossbeam_utils::CachePadded;
 use std::cell::Cell;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -107,6 +112,10 @@ struct Shared {
     node_of: Box<[usize]>,
     /// Each worker's CPU when pinned.
     pinned: Box<[Option<usize>]>,
+    /// Whether a chain may be handed to an idle worker (`shed_to_idle`):
+    /// the workers are pinned, each to a CPU of its own (with more workers
+    /// than CPUs, two sharing one would hand chains back and forth).
+    sheds: bool,
     injectors: Box<[ReadyRing]>,
     priority: PriorityPool,
     sleep: Sleep,
@@ -119,6 +128,10 @@ struct Shared {
     counters: ExecutorCounters,
     stolen: AtomicU64,
     topology: Topology,
+    /// The CPU the first thread that published work from outside the
+    /// workers ran on then (`u32::MAX`: none yet); see `shed_to_idle`. Its
+    /// own line: read on every completion that releases a successor.
+    publisher_cpu: CachePadded<AtomicU32>,
 }
 
 /// A worker's own state, on its thread's stack.
@@ -129,6 +142,10 @@ struct Local {
     /// ready, run next; thieves cannot take it (`NIL`: empty).
     next: Cell<u32>,
     deque: Worker<u32>,
+    /// Set when this worker has just handed a successor to the injector
+    /// for a spinner (`Shared::shed_to_idle`): its next look for work
+    /// skips the injectors, or it would take the operation straight back.
+    shed: Cell<bool>,
 }
 
 crate::sync::thread_local! {
@@ -158,6 +175,7 @@ impl PerDeviceExecutor {
             stealers: deques.iter().map(Worker::stealer).collect(),
             node_of: (0..workers).map(|i| cpu(i).node).collect(),
             pinned: (0..workers).map(|i| pin.then(|| cpu(i).os_index)).collect(),
+            sheds: pin && workers > 1 && workers <= topology.cpus.len(),
             injectors: (0..topology.nodes).map(|_| ReadyRing::new(INJECTOR_CAPACITY)).collect(),
             priority: PriorityPool::default(),
             sleep: Sleep::new(workers, pin),
@@ -168,6 +186,7 @@ impl PerDeviceExecutor {
             counters: ExecutorCounters::default(),
             stolen: AtomicU64::new(0),
             topology,
+            publisher_cpu: CachePadded::new(AtomicU32::new(u32::MAX)),
         };
         PerDeviceExecutor { shared: Arc::new(shared), deques: Mutex::new(deques), threads: WorkerThreads::default() }
     }
@@ -201,6 +220,43 @@ impl Shared {
             // every push and help.
             wrap_below(h.get(), self.injectors.len())
         })
+    }
+
+    /// Whether worker `id` should hand the operation its completion just
+    /// released to a spinning worker instead of running it next: it is
+    /// pinned to the CPU the pusher was first seen on
+    /// (`note_publisher_cpu`), and another worker spins. A chain kept there
+    /// takes turns with the pusher for one core while the spinner's core
+    /// idles; handed over, it stays on the spinner's core (whose
+    /// completions then keep it). per_device `chain` at W=0 ran 36–104
+    /// ns/op from one round to the next, by where its first operation
+    /// landed, and 35–48 with the hand-over (PERF.md).
+    #[inline]
+    fn shed_to_idle(&self, id: usize) -> bool {
+        let (true, Some(cpu)) = (self.sheds, self.pinned[id]) else { return false };
+        self.publisher_cpu.load(Ordering::Relaxed) == cpu as u32 && self.sleep.anyone_spinning()
+    }
+
+    /// Records the CPU of the first thread that publishes work to this
+    /// engine (a pusher, not a worker), as it runs then; later publishes
+    /// leave it. Following the pusher instead (its CPU at every publish)
+    /// gained nothing: per_device `chain` read 1.01 against 0.54 for the
+    /// first CPU kept (PERF.md). The worker on that CPU repels chains
+    /// whenever another worker idles, and the OS then keeps the pusher
+    /// beside an idle worker, where it was.
+    #[inline]
+    fn note_publisher_cpu(&self) {
+        if self.publisher_cpu.load(Ordering::Relaxed) == u32::MAX {
+            self.note_publisher_cpu_now();
+        }
+    }
+
+    #[cold]
+    fn note_publisher_cpu_now(&self) {
+        // SAFETY: `sched_getcpu` has no preconditions; −1 means unknown
+        // (stored as `u32::MAX`: looked up again at the next publish).
+        let cpu = unsafe { libc::sched_getcpu() } as u32;
+        self.publisher_cpu.store(cpu, Ordering::Relaxed);
     }
 
     /// Wakes a parked worker unless one is spinning, counting it.
@@ -267,15 +323,18 @@ impl Shared {
                 return Some(op);
             }
         }
-        if let Some(op) = self.injectors[node].pop() {
-            return Some(op);
+        let injectors = !local.is_some_and(|l| l.shed.replace(false));
+        if injectors {
+            if let Some(op) = self.injectors[node].pop() {
+                return Some(op);
+            }
         }
         let me = local.map(|l| l.id);
         if let Some(op) = self.steal(me, node, true) {
             return Some(op);
         }
         let others = self.injectors.len();
-        for k in 1..others {
+        for k in (1..others).filter(|_| injectors) {
             if let Some(op) = self.injectors[wrap_below(node + k, others)].pop() {
                 return Some(op);
             }
@@ -331,7 +390,7 @@ impl Shared {
             // A CPU that disappeared from the affinity mask only costs the pinning.
             core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
         }
-        let local = Local { shared: self, id, next: Cell::new(NIL), deque };
+        let local = Local { shared: self, id, next: Cell::new(NIL), deque, shed: Cell::new(false) };
         LOCAL.with(|l| l.set(&local));
         core.enter_worker();
         core.profiler.bind_worker(id);
@@ -409,10 +468,16 @@ impl Executor for PerDeviceExecutor {
         let node = match self.local() {
             Some(local) if local.deque.len() < LOCAL_CAPACITY => {
                 let in_body = crate::core::CURRENT_OP.with(|c| std::ptr::eq(c.get().0, core));
+                // Released by a completion: this worker runs it next,
+                // unless it would take turns with the pusher for its core
+                // while another worker idles (`shed_to_idle`): then it
+                // goes to the injector, where the spinner takes it.
                 if !in_body && local.next.get() == NIL {
-                    // Released by a completion: this worker runs it next.
-                    local.next.set(op);
-                    return;
+                    if !shared.shed_to_idle(local.id) {
+                        local.next.set(op);
+                        return;
+                    }
+                    local.shed.set(true);
                 }
                 let had_work = !local.deque.is_empty();
                 local.deque.push(op);
@@ -422,10 +487,15 @@ impl Executor for PerDeviceExecutor {
                 return;
             }
             Some(local) => shared.node_of[local.id],
-            None => match opts.ctx {
-                Context::Cpu(node) if node != Context::ANY_NODE => wrap_below(node as usize, shared.injectors.len()),
-                _ => shared.home_node(),
-            },
+            None => {
+                shared.note_publisher_cpu();
+                match opts.ctx {
+                    Context::Cpu(node) if node != Context::ANY_NODE => {
+                        wrap_below(node as usize, shared.injectors.len())
+                    }
+                    _ => shared.home_node(),
+                }
+            }
         };
         if let Err(op) =
             push_and_wake(&shared.injectors[node], op, |for_waiter| shared.counters.wake_one(&shared.sleep, for_waiter))

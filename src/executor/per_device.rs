@@ -10,7 +10,7 @@
 //!   worker's successor slot if free (run next, and no thief can take it,
 //!   so a dependency chain stays on one core with no cross-core hop), else
 //!   its own deque. One exception: a worker pinned to the CPU the pusher
-//!   was last seen on, while another worker spins, sends the operation to
+//!   was first seen on, while another worker spins, sends the operation to
 //!   the injector instead (`Shared::shed_to_idle`), so that the chain moves
 //!   to the idle core rather than take turns with the pusher for its own.
 //!   A nested push from a running body goes to the deque
@@ -228,9 +228,9 @@ impl Shared {
     /// (`note_publisher_cpu`), and another worker spins. A chain kept there
     /// takes turns with the pusher for one core while the spinner's core
     /// idles; handed over, it stays on the spinner's core (whose
-    /// completions then keep it). per_device `chain` at W=0 ran 36–104
+    /// completions then keep it). per_device `chain` at W=0 ran 36–110
     /// ns/op from one round to the next, by where its first operation
-    /// landed, and 35–48 with the hand-over (PERF.md).
+    /// landed, and 34–42 in 7 rounds of 8 with the hand-over (PERF.md).
     #[inline]
     fn shed_to_idle(&self, id: usize) -> bool {
         let (true, Some(cpu)) = (self.sheds, self.pinned[id]) else { return false };

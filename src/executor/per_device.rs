@@ -468,23 +468,25 @@ impl Executor for PerDeviceExecutor {
         let node = match self.local() {
             Some(local) if local.deque.len() < LOCAL_CAPACITY => {
                 let in_body = crate::core::CURRENT_OP.with(|c| std::ptr::eq(c.get().0, core));
+                if in_body || local.next.get() != NIL {
+                    let had_work = !local.deque.is_empty();
+                    local.deque.push(op);
+                    if had_work || in_body {
+                        shared.wake_one();
+                    }
+                    return;
+                }
                 // Released by a completion: this worker runs it next,
                 // unless it would take turns with the pusher for its core
-                // while another worker idles (`shed_to_idle`): then it
-                // goes to the injector, where the spinner takes it.
-                if !in_body && local.next.get() == NIL {
-                    if !shared.shed_to_idle(local.id) {
-                        local.next.set(op);
-                        return;
-                    }
-                    local.shed.set(true);
+                // while another worker idles (`shed_to_idle`): then it goes
+                // to the injector, where the spinner takes it, and this
+                // worker's next look for work passes the injectors by.
+                if !shared.shed_to_idle(local.id) {
+                    local.next.set(op);
+                    return;
                 }
-                let had_work = !local.deque.is_empty();
-                local.deque.push(op);
-                if had_work || in_body {
-                    shared.wake_one();
-                }
-                return;
+                local.shed.set(true);
+                shared.node_of[local.id]
             }
             Some(local) => shared.node_of[local.id],
             None => {

@@ -333,10 +333,12 @@ impl Shared {
         if let Some(op) = self.steal(me, node, true) {
             return Some(op);
         }
-        let others = self.injectors.len();
-        for k in (1..others).filter(|_| injectors) {
-            if let Some(op) = self.injectors[wrap_below(node + k, others)].pop() {
-                return Some(op);
+        if injectors {
+            let others = self.injectors.len();
+            for k in 1..others {
+                if let Some(op) = self.injectors[wrap_below(node + k, others)].pop() {
+                    return Some(op);
+                }
             }
         }
         self.steal(me, node, false)

@@ -18,6 +18,7 @@
 //! | `DEPENGINE_PROFILE` | [`EngineBuilder::profile`] | unset (off) |
 //! | `DEPENGINE_PROFILE_EVENTS` | [`EngineBuilder::profile_events`] | 32768 per lane |
 //! | `DEPENGINE_HANG_REPORT_MS` | [`EngineBuilder::hang_report`] | unset (off) |
+//! | `DEPENGINE_MEMBARRIER` | none: read once per process, at the first engine's build ([`membarrier_in_use`](crate::membarrier_in_use)) | `1` where the kernel has it (`0`: SeqCst fences) |
 
 use crate::diagnose::{HangHandler, HangReport};
 use crate::engine::Engine;
@@ -419,6 +420,8 @@ impl EngineBuilder {
 
     /// Starts the engine.
     pub fn build(self) -> Result<Engine, EngineError> {
+        // Before any thread of the engine runs either side of a handshake.
+        crate::barrier::ensure_chosen();
         if self.resolved_cpu_workers() == 0 {
             return Err(EngineError::Config("cpu_workers must be at least 1".into()));
         }

@@ -21,9 +21,15 @@
 //! - Operations from one thread are dispatched in that thread's push order:
 //!   the stack is reversed on each drain, and a fast-path combiner drains
 //!   the stack before dispatching its own operation.
-//! - No submission is stranded: releasing is `busy = 0`, SeqCst fence, look at
-//!   the stack; a delegated push is link, SeqCst fence, look at `busy`. One of
-//!   the two sees the other (Dekker), and whoever sees work takes `busy`.
+//! - No submission is stranded: releasing is `busy = 0`, light barrier, look
+//!   at the stack; a delegated push is link, heavy barrier, look at `busy`
+//!   (`barrier.rs`: the pair acts as a SeqCst fence on each side, the light
+//!   one costing nothing on the push path). One of the two sees the other
+//!   (Dekker), and whoever sees work takes `busy`. Before its heavy barrier
+//!   a delegated push polls a few times: a stack found empty was swapped
+//!   out by a combiner (with the operation: nothing to do), and `busy`
+//!   found 0 is taken; only a combiner still at work after the polls
+//!   costs the barrier.
 //!
 //! The combiner runs no user code: operations it finds ready are returned to
 //! the caller, which schedules them after releasing (`core.rs`). So a body
@@ -38,10 +44,15 @@
 //! dispatched count (what `pending` and `wait_all` count against) are two
 //! words, both written only by the combiner.
 
+use crate::barrier;
 use crate::opr::OprBlock;
 use crate::pool::{Pool, NIL};
-use crate::sync::{fence, spin_hint, AtomicU32, AtomicU64, Ordering};
+use crate::sync::{spin_hint, AtomicU32, AtomicU64, Ordering};
 use crossbeam_utils::CachePadded;
+
+/// Polls of a delegated push for the combiner to take its operation or
+/// let go, before it pays for a heavy barrier (`barrier.rs`).
+const HANDOVER_POLLS: u32 = if cfg!(depengine_loom) { 1 } else { 64 };
 
 /// The combining dispatcher (see the module docs).
 pub(crate) struct Dispatcher {
@@ -100,7 +111,26 @@ impl Dispatcher {
                 Err(actual) => head = actual,
             }
         }
-        fence(Ordering::SeqCst);
+        // The combiner usually drains the stack or lets go within a few
+        // polls: then there is no handshake to pay for. Only a combiner
+        // still at work after them costs the heavy barrier.
+        for _ in 0..HANDOVER_POLLS {
+            if self.stack.load(Ordering::Relaxed) == NIL {
+                // Only a drain's swap writes NIL, and this load comes after
+                // our link in the stack's modification order (coherence):
+                // a drain after our link swapped out a chain holding our
+                // operation, and dispatches it.
+                return;
+            }
+            if self.busy.load(Ordering::Relaxed) == 0
+                && self.busy.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_ok()
+            {
+                self.release(oprs, &mut dispatch);
+                return;
+            }
+            spin_hint();
+        }
+        barrier::heavy();
         if self.busy.load(Ordering::Relaxed) == 0
             && self.busy.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_ok()
         {
@@ -234,7 +264,9 @@ impl Dispatcher {
         loop {
             while self.drain(oprs, dispatch) {}
             self.busy.store(0, Ordering::Release);
-            fence(Ordering::SeqCst);
+            // The hot side of the handshake with a delegated push's
+            // `barrier::heavy` (`barrier.rs`): on every push, so light.
+            barrier::light();
             if self.stack.load(Ordering::Relaxed) == NIL
                 || self.busy.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err()
             {

@@ -111,6 +111,7 @@
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
+mod barrier;
 #[cfg(feature = "bench-internals")]
 #[doc(hidden)]
 pub mod bench_parts;
@@ -148,6 +149,7 @@ mod var_queue;
 mod wait;
 mod worker_batch;
 
+pub use crate::barrier::membarrier_in_use;
 pub use crate::completion::Completion;
 pub use crate::config::{EngineBuilder, EngineKind};
 pub use crate::context::{Context, FnProperty, PushOpts, RunContext};

@@ -1,9 +1,8 @@
 #![doc = include_str!("../../docs/worker-sleep.md")]
 
 use super::ready_ring::ReadyRing;
-use crate::sync::{
-    fence, futex_wait, futex_wait_for, futex_wake_all, futex_wake_one, loom_sc_fence, spin_hint, AtomicU32, Ordering,
-};
+use crate::barrier;
+use crate::sync::{fence, futex_wait, futex_wait_for, futex_wake_all, futex_wake_one, spin_hint, AtomicU32, Ordering};
 use crossbeam_utils::CachePadded;
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -242,9 +241,10 @@ impl Sleep {
     pub(crate) fn nap(&self, limit: Duration, has_work: impl Fn() -> bool) {
         let seen = self.nap.word.load(Ordering::Acquire);
         self.nap.napping.store(1, Ordering::SeqCst);
-        // With `notify_one`'s fence: either the producer sees `napping`
-        // (and bumps `word`, so the wait below returns) or we see its work.
-        loom_sc_fence();
+        // With `notify_one`'s light barrier (`barrier.rs`): either the
+        // producer sees `napping` (and bumps `word`, so the wait below
+        // returns) or we see its work.
+        barrier::heavy();
         if !has_work() {
             futex_wait_for(&self.nap.word, seen, limit);
         }
@@ -276,9 +276,10 @@ impl Sleep {
         // must not outlive this announcement, or the next producer would
         // skip waking us.
         self.end_wake_up();
-        // With `notify_one`'s fence: either the notifier sees us in
-        // `sleepers` (or no longer spinning) or we see its work.
-        loom_sc_fence();
+        // With `notify_one`'s light barrier (`barrier.rs`): either the
+        // notifier sees us in `sleepers` (or no longer spinning) or we see
+        // its work. Heavy: a futex wait follows anyway.
+        barrier::heavy();
         let sleep = !has_work();
         if sleep {
             futex_wait(&self.epoch, epoch);
@@ -297,7 +298,9 @@ impl Sleep {
     /// issued a wake-up.
     #[inline]
     pub(crate) fn notify_one(&self, for_waiter: bool) -> bool {
-        fence(Ordering::SeqCst);
+        // The hot side of the handshake with `park` and `nap`, on every
+        // publish: light (`barrier.rs`).
+        barrier::light();
         if self.spinning.load(Ordering::Relaxed) != 0 {
             if !self.pinned_workers {
                 // A napping spinner is woken for work no waiter will run;

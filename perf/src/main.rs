@@ -621,6 +621,14 @@ fn main() {
         o.reps
     );
     println!("per_device topology: {}", depengine::Topology::detect());
+    println!(
+        "push-path handshakes: {}",
+        if depengine::membarrier_in_use() {
+            "compiler fences, membarrier on the rare side"
+        } else {
+            "SeqCst fences (DEPENGINE_MEMBARRIER=0, or no membarrier)"
+        }
+    );
     let before = probe();
     println!("machine state before the rows: {before}");
     println!(

@@ -122,20 +122,25 @@ impl Dispatcher {
                 // operation, and dispatches it.
                 return;
             }
-            if self.busy.load(Ordering::Relaxed) == 0
-                && self.busy.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_ok()
-            {
+            if self.take_if_idle() {
                 self.release(oprs, &mut dispatch);
                 return;
             }
             spin_hint();
         }
         barrier::heavy();
-        if self.busy.load(Ordering::Relaxed) == 0
-            && self.busy.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_ok()
-        {
+        if self.take_if_idle() {
             self.release(oprs, &mut dispatch);
         }
+    }
+
+    /// A delegated push's look at `busy`: takes it if no thread combines
+    /// (a plain load first, so that a busy combiner's line is not asked for
+    /// exclusively).
+    #[inline]
+    fn take_if_idle(&self) -> bool {
+        self.busy.load(Ordering::Relaxed) == 0
+            && self.busy.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_ok()
     }
 
     /// Takes the next ticket for an operation that is not queued (it runs

@@ -103,6 +103,14 @@ impl Topology {
     }
 }
 
+/// The OS CPU the calling thread runs on now (`sched_getcpu`, which reads
+/// the kernel's `rseq` area: about 2 ns); `None` if the kernel cannot say.
+pub(crate) fn current_cpu() -> Option<usize> {
+    // SAFETY: `sched_getcpu` has no preconditions; −1 means unknown.
+    let cpu = unsafe { libc::sched_getcpu() };
+    usize::try_from(cpu).ok()
+}
+
 impl fmt::Display for Topology {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let source = match self.source {

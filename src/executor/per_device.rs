@@ -76,7 +76,7 @@ use crate::core::Core;
 use crate::pool::NIL;
 use crate::stats::{EngineStats, ExecutorCounters, READY_SAMPLE};
 use crate::sync::{AtomicBool, Ordering};
-use crate::topology::Topology;
+use crate::topology::{current_cpu, Topology};
 use crossbeam_deque::{Steal, Stealer, Worker};
 use crossbeam_utils::CachePadded;
 use std::cell::Cell;
@@ -211,9 +211,7 @@ impl Shared {
     fn home_node(&self) -> usize {
         HOME_NODE.with(|h| {
             if h.get() == usize::MAX {
-                // SAFETY: `sched_getcpu` has no preconditions; −1 means unknown.
-                let cpu = unsafe { libc::sched_getcpu() };
-                h.set(if cpu < 0 { 0 } else { self.topology.node_of(cpu as usize) });
+                h.set(current_cpu().map_or(0, |cpu| self.topology.node_of(cpu)));
             }
             // A thread keeps its node across engines, so it may name a node
             // this one lacks; the reduction is a branch, not a division, on
@@ -253,9 +251,8 @@ impl Shared {
 
     #[cold]
     fn note_publisher_cpu_now(&self) {
-        // SAFETY: `sched_getcpu` has no preconditions; −1 means unknown
-        // (stored as `u32::MAX`: looked up again at the next publish).
-        let cpu = unsafe { libc::sched_getcpu() } as u32;
+        // Unknown is stored as `u32::MAX`: looked up again at the next publish.
+        let cpu = current_cpu().map_or(u32::MAX, |cpu| cpu as u32);
         self.publisher_cpu.store(cpu, Ordering::Relaxed);
     }
 

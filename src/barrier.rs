@@ -51,8 +51,10 @@
 //! A heavy barrier is a system call that interrupts the other CPUs running
 //! this process's threads: about 0.3 µs alone here, a few µs with busy
 //! threads. The rare sides are a worker going to sleep (a futex wait
-//! follows anyway) and a push that found another thread combining and
-//! did not see it finish within a short spin (`dispatch.rs`). A program
+//! follows anyway), a push that found another thread combining and
+//! did not see it finish within a short spin, and a push that takes the
+//! dispatcher's bias from the thread that had pushed alone (`dispatch.rs`;
+//! at most once per 1,024 pushes of that thread). A program
 //! that must not have its other threads interrupted at all sets
 //! `DEPENGINE_MEMBARRIER=0`.
 

@@ -309,7 +309,8 @@ impl Core {
             return Err(e);
         }
         let mut ready = ReadyList { head: NIL, tail: NIL };
-        self.dispatcher.submit(&self.oprs, op, |op, ticket| self.dispatch(op, ticket, &mut ready));
+        let me = crate::thread_slot::current();
+        self.dispatcher.submit(&self.oprs, op, me, |op, ticket| self.dispatch(op, ticket, &mut ready));
         self.schedule_list(ready);
         if self.max_pending != 0 {
             let pending = self.pending();
@@ -366,6 +367,7 @@ impl Core {
         let mut after_close = false;
         let ticket = self.dispatcher.take_ticket(
             &self.oprs,
+            crate::thread_slot::current(),
             |op, ticket| self.dispatch(op, ticket, &mut ready),
             || after_close = self.shutting_down.load(Ordering::Relaxed),
         );
@@ -389,7 +391,8 @@ impl Core {
     /// between two dispatches.
     fn flush_dispatcher(&self, then: impl FnOnce()) {
         let mut ready = ReadyList { head: NIL, tail: NIL };
-        self.dispatcher.flush(&self.oprs, |op, ticket| self.dispatch(op, ticket, &mut ready), then);
+        let me = crate::thread_slot::current();
+        self.dispatcher.flush(&self.oprs, me, |op, ticket| self.dispatch(op, ticket, &mut ready), then);
         self.schedule_list(ready);
     }
 

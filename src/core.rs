@@ -66,7 +66,8 @@ struct SpareBlocks(UnsafeCell<SweepCache>);
 
 // SAFETY: only the thread holding the dispatcher touches the cache (in
 // `dispatch` and `return_spare_blocks`, both run as the combiner), and the
-// dispatcher's acquire/release of its busy flag orders successive combiners.
+// dispatcher orders successive combiners (its `busy` flag's acquire and
+// release, or an owner's flag and its revoker: `dispatch.rs`).
 unsafe impl Sync for SpareBlocks {}
 
 /// Everything an engine is, shared by its handle, workers and completions.

@@ -231,7 +231,9 @@ impl Core {
         // Keep this thread's order: its bulked pushes go first.
         crate::bulk::flush_for(self)?;
         self.check_ctx(opts.ctx)?;
-        let op = self.take_op_block();
+        // The block cache and the dispatcher's bias both go by this.
+        let me = crate::thread_slot::current();
+        let op = self.take_op_block(me);
         let block = self.oprs.get(op);
         #[cfg(debug_assertions)]
         block.transition(op, crate::opr::phase::FREE, crate::opr::phase::FILLED);
@@ -289,7 +291,7 @@ impl Core {
                 self.stamp_push(block);
             }
         }
-        self.submit(op)
+        self.submit(op, me)
     }
 
     /// `ShutDown` once the engine has begun shutting down: every call that
@@ -303,14 +305,14 @@ impl Core {
     }
 
     /// Hands the operation to the dispatcher (which counts it as pending
-    /// when it stamps its ticket).
-    fn submit(&self, op: u32) -> Result<(), EngineError> {
+    /// when it stamps its ticket), from the calling thread, which holds
+    /// thread slot `me`.
+    fn submit(&self, op: u32, me: Option<usize>) -> Result<(), EngineError> {
         if let Err(e) = self.check_open() {
             self.discard(op);
             return Err(e);
         }
         let mut ready = ReadyList { head: NIL, tail: NIL };
-        let me = crate::thread_slot::current();
         self.dispatcher.submit(&self.oprs, op, me, |op, ticket| self.dispatch(op, ticket, &mut ready));
         self.schedule_list(ready);
         if self.max_pending != 0 {
@@ -438,11 +440,11 @@ impl Core {
         self.oprs.give(op);
     }
 
-    /// Takes an operation block for a push: through this thread's slot
-    /// cache, else through the shared one.
+    /// Takes an operation block for a push: through the slot cache of the
+    /// calling thread (which holds slot `me`), else through the shared one.
     #[inline(always)]
-    fn take_op_block(&self) -> u32 {
-        self.op_blocks_mine.take(&self.oprs).unwrap_or_else(|| self.op_cache.take(&self.oprs))
+    fn take_op_block(&self, me: Option<usize>) -> u32 {
+        self.op_blocks_mine.take(&self.oprs, me).unwrap_or_else(|| self.op_cache.take(&self.oprs))
     }
 
     /// Gives back the block of an operation that a waiting thread ran

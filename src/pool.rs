@@ -706,11 +706,13 @@ impl Default for ThreadCaches {
 }
 
 impl ThreadCaches {
-    /// Takes an index through this thread's cache; `None` if the thread
-    /// holds no slot (the caller takes another way).
+    /// Takes an index through the cache of thread slot `slot`, which the
+    /// calling thread holds ([`thread_slot::current`](crate::thread_slot::current),
+    /// looked up once by the caller); `None` if it holds none (the caller
+    /// takes another way).
     #[inline(always)]
-    pub(crate) fn take<T: Pooled>(&self, pool: &Pool<T>) -> Option<u32> {
-        let head = &self.heads[crate::thread_slot::current()?];
+    pub(crate) fn take<T: Pooled>(&self, pool: &Pool<T>, slot: Option<usize>) -> Option<u32> {
+        let head = &self.heads[slot?];
         // The chain is this slot's alone (its holder's), like a `TakeCache`.
         let mut first = head.load(Ordering::Relaxed);
         let index = pool.take_cached(&mut first);
@@ -1018,13 +1020,13 @@ mod tests {
         early.iter().for_each(|&i| pool.give(i));
         // With more than `SLOTS` threads alive in the test binary, this one
         // may hold none: the cache is then bypassed, nothing to check.
-        let Some(a) = caches.take(&pool) else { return };
+        let Some(a) = caches.take(&pool, crate::thread_slot::current()) else { return };
         assert!(early.contains(&a));
         assert_eq!(pool.live(), 5, "the refill detached the whole free list");
         assert_eq!(caches.cached(&pool), 4);
         owned(1);
         let mut mine = vec![a];
-        mine.extend((0..6).map(|_| caches.take(&pool).unwrap()));
+        mine.extend((0..6).map(|_| caches.take(&pool, crate::thread_slot::current()).unwrap()));
         let distinct: HashSet<u32> = mine.iter().copied().collect();
         assert_eq!(distinct.len(), mine.len(), "no index handed out twice");
         assert_eq!(pool.capacity_used(), 7, "five cached, then two fresh");
@@ -1034,7 +1036,7 @@ mod tests {
         owned(0);
         std::thread::scope(|s| {
             s.spawn(|| {
-                let Some(b) = caches.take(&pool) else { return };
+                let Some(b) = caches.take(&pool, crate::thread_slot::current()) else { return };
                 assert!(mine.contains(&b));
                 owned(1);
                 pool.give(b);
@@ -1049,12 +1051,12 @@ mod tests {
         let caches = ThreadCaches::default();
         let owned = |n: usize| assert_eq!(pool.live() - caches.cached(&pool), n);
         // The cache is dry and the free list empty: a fresh index.
-        let Some(a) = caches.take(&pool) else { return };
+        let Some(a) = caches.take(&pool, crate::thread_slot::current()) else { return };
         owned(1);
         assert!(caches.keep_one(&pool, a), "an empty cache keeps it");
         owned(0);
         assert_eq!(caches.cached(&pool), 1);
-        assert_eq!(caches.take(&pool), Some(a), "the kept index comes back first");
+        assert_eq!(caches.take(&pool, crate::thread_slot::current()), Some(a), "the kept index comes back first");
         assert_eq!(pool.capacity_used(), 1, "no fresh index was needed");
         let b = pool.take();
         assert!(caches.keep_one(&pool, a));
@@ -1065,12 +1067,12 @@ mod tests {
         // Another thread's cache is its own: it refills from the pool (`b`).
         std::thread::scope(|s| {
             s.spawn(|| {
-                let Some(c) = caches.take(&pool) else { return };
+                let Some(c) = caches.take(&pool, crate::thread_slot::current()) else { return };
                 assert_eq!(c, b);
                 pool.give(c);
             });
         });
-        assert_eq!(caches.take(&pool), Some(a));
+        assert_eq!(caches.take(&pool, crate::thread_slot::current()), Some(a));
         pool.give(a);
         owned(0);
     }

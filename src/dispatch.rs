@@ -247,11 +247,7 @@ impl Dispatcher {
                 inside.store(0, Ordering::Release);
             }
         }
-        if self.role.busy.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
-            return None;
-        }
-        self.took_busy(me);
-        Some(Held::Busy)
+        self.take_busy(me).then_some(Held::Busy)
     }
 
     /// A delegated push's look at `busy`: takes it if no thread holds it
@@ -259,12 +255,7 @@ impl Dispatcher {
     /// exclusively).
     #[inline]
     fn take_if_idle(&self, me: Option<usize>) -> bool {
-        let taken = self.role.busy.load(Ordering::Relaxed) == 0
-            && self.role.busy.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_ok();
-        if taken {
-            self.took_busy(me);
-        }
-        taken
+        self.role.busy.load(Ordering::Relaxed) == 0 && self.take_busy(me)
     }
 
     /// Whether the named owner (if any) is inside or about to look.
@@ -274,11 +265,14 @@ impl Dispatcher {
         owner != NO_OWNER && self.inside[owner as usize].load(Ordering::Relaxed) != 0
     }
 
-    /// Just took `busy`: revokes another thread's bias (waiting for it to
-    /// be out), and names this thread owner after enough takes in a row
-    /// (`bias_after`). Holding `busy`.
+    /// Takes `busy` if it is 0; then revokes another thread's bias
+    /// (waiting for it to be out), and names this thread owner after
+    /// enough takes in a row (`bias_after`).
     #[inline(always)]
-    fn took_busy(&self, me: Option<usize>) {
+    fn take_busy(&self, me: Option<usize>) -> bool {
+        if self.role.busy.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_err() {
+            return false;
+        }
         let me = me.map_or(NO_OWNER, |m| m as u32);
         let owner = self.role.owner.load(Ordering::Relaxed);
         let bias_after = &self.counts.bias_after;
@@ -300,6 +294,7 @@ impl Dispatcher {
             // `busy`, and a revoked one was waited for.
             self.role.owner.store(me, Ordering::Relaxed);
         }
+        true
     }
 
     /// Takes the bias from `owner`, holding `busy`: from here on it backs

@@ -14,11 +14,20 @@ pub(crate) enum Spun {
     Found,
     /// The spin ran out with nothing found.
     Idle,
-    /// The spin ran out, and all the work that appeared meanwhile was
-    /// left to the threads that pushed it, which took it within the grace
-    /// (a waiter's round trips): see [`Sleep::nap`].
+    /// Work was left to the threads that pushed it, which took it within
+    /// the grace, [`LEAVES_BEFORE_NAP`] times in a row (a waiter's round
+    /// trips), or the spin ran out with all the work that appeared left
+    /// so: see [`Sleep::nap`].
     LeftToWaiters,
 }
+
+/// How many operations in a row a spinner leaves to the waiters that take
+/// them before it ends its spin to nap ([`Spun::LeftToWaiters`]). Waiting
+/// for the spin to run out instead almost never ends in a nap when the
+/// round trips are slow (a cache-line transfer near 400 ns on a host in
+/// its slow state): within a 50 µs spin one of them is bound to outlast
+/// the grace, the spinner takes it, and the spin ends `Found`.
+const LEAVES_BEFORE_NAP: u32 = 4;
 
 /// Polls between two looks at the clock while spinning.
 const SPIN_POLLS: u32 = if cfg!(depengine_loom) { 1 } else { 64 };
@@ -26,6 +35,11 @@ const SPIN_POLLS: u32 = if cfg!(depengine_loom) { 1 } else { 64 };
 /// How long a spinner leaves work to the thread that pushed it, which may
 /// be about to wait for it and run it itself ([`Sleep::spin_with_grace`]).
 pub(crate) const WAITER_GRACE: Duration = Duration::from_nanos(300);
+
+/// The longest a spinner naps while a thread runs its own round trips
+/// ([`Sleep::nap`]): how long an operation marked for a waiter that did
+/// not wait after all may sit in a queue with every worker idle.
+pub(crate) const NAP_LIMIT: Duration = Duration::from_millis(1);
 
 /// The spinning state's loop: polls `found` for up to `spin`, yielding the
 /// core between rounds (with as many workers as cores, the pushing thread
@@ -188,7 +202,9 @@ impl Sleep {
     /// core. `leave` is asked once per appearance, not at every poll: it
     /// reads more lines than `present`, lines the pusher and the waiter
     /// are about to write. Says whether work was found, and when not,
-    /// whether some work was left to its pusher meanwhile.
+    /// whether some work was left to its pusher meanwhile; it ends early,
+    /// [`Spun::LeftToWaiters`], once [`LEAVES_BEFORE_NAP`] operations in a
+    /// row were left and taken by their pushers.
     pub(crate) fn spin_with_grace(
         &self,
         spin: Duration,
@@ -197,7 +213,8 @@ impl Sleep {
         leave: impl Fn() -> bool,
     ) -> Spun {
         let since: Cell<Option<Instant>> = Cell::new(None);
-        let left = Cell::new(false);
+        // Operations left that vanished, in a row (0: none yet).
+        let left = Cell::new(0u32);
         let found = self.spin(spin, || {
             if urgent() {
                 return true;
@@ -205,7 +222,9 @@ impl Sleep {
             if !present() {
                 // Work that was left vanished: its pusher took it.
                 if since.take().is_some() {
-                    left.set(true);
+                    left.set(left.get() + 1);
+                    // Ends the spin, as `LeftToWaiters` below.
+                    return left.get() >= LEAVES_BEFORE_NAP;
                 }
                 return false;
             }
@@ -219,9 +238,9 @@ impl Sleep {
             }
         });
         match (found, left.get()) {
-            (true, _) => Spun::Found,
-            (false, true) => Spun::LeftToWaiters,
-            (false, false) => Spun::Idle,
+            (true, n) if n < LEAVES_BEFORE_NAP => Spun::Found,
+            (_, 0) => Spun::Idle,
+            _ => Spun::LeftToWaiters,
         }
     }
 
@@ -229,9 +248,11 @@ impl Sleep {
     /// [`Spun::LeftToWaiters`]. A thread is running push-then-wait round
     /// trips and takes each of its operations itself; a spinner on another
     /// core that keeps polling only pulls the ring's lines away from it
-    /// each round (pooled's pingpong: 550 ns a round trip against 125 for
-    /// per_device, whose spinner is pinned to the waiter's core and so
-    /// does not run). So the spinner sleeps instead, for at most `limit`,
+    /// each round (pooled's pingpong: 550 ns a round trip against 125), and
+    /// a spinner pinned to the waiter's own core takes turns with it for
+    /// that core (per_device, a tight push-then-wait loop: 250–670 ns a
+    /// round trip on average against 80 for pooled with the nap). So the
+    /// spinner sleeps instead, for at most `limit`,
     /// *still counted as spinning*: a waiter's own publish relies on the
     /// waiter and wakes nobody, as with a pinned spinner, while any other
     /// publish wakes the napper (`notify_one`). Returns at once if
@@ -302,12 +323,12 @@ impl Sleep {
         // publish: light (`barrier.rs`).
         barrier::light();
         if self.spinning.load(Ordering::Relaxed) != 0 {
+            // A napping spinner is woken for work no waiter will run; a
+            // waiter's own publish relies on the waiter (`nap`).
+            if !for_waiter {
+                self.wake_napper();
+            }
             if !self.pinned_workers {
-                // A napping spinner is woken for work no waiter will run;
-                // a waiter's own publish relies on the waiter (`nap`).
-                if !for_waiter {
-                    self.wake_napper();
-                }
                 return false;
             }
             // A thread that has just waited on the engine is likely to wait
@@ -357,7 +378,7 @@ impl Sleep {
 
 #[cfg(all(test, not(depengine_loom)))]
 mod tests {
-    use super::{max_spinners, Sleep, Spun, WAITER_GRACE};
+    use super::{max_spinners, Sleep, Spun, LEAVES_BEFORE_NAP, WAITER_GRACE};
     use crate::sync::Ordering;
     use std::cell::Cell;
     use std::time::{Duration, Instant};
@@ -460,13 +481,49 @@ mod tests {
         assert_eq!(sleep.spin_with_grace(spin, || false, || false, || true), Spun::Idle);
     }
 
+    /// A spinner whose operations vanish, taken by their pushers within
+    /// the grace, [`LEAVES_BEFORE_NAP`] times in a row ends its spin to
+    /// nap at once, without waiting for the spin to run out; one that finds
+    /// other work first takes it.
+    #[test]
+    fn a_spin_ends_to_nap_after_operations_left_in_a_row() {
+        let sleep = Sleep::new(2, true);
+        // Each operation is there at one poll and gone at the next.
+        let run = |unmarked_at: u32| {
+            let (polls, asked) = (Cell::new(0u32), Cell::new(0u32));
+            let start = Instant::now();
+            let spun = sleep.spin_with_grace(
+                LONG_SPIN,
+                || false,
+                || {
+                    polls.set(polls.get() + 1);
+                    polls.get() % 2 == 1
+                },
+                || {
+                    asked.set(asked.get() + 1);
+                    asked.get() != unmarked_at
+                },
+            );
+            assert!(start.elapsed() < LONG_SPIN / 2, "the spin ran out: {spun:?}");
+            (spun, asked.get())
+        };
+        assert_eq!(run(0), (Spun::LeftToWaiters, LEAVES_BEFORE_NAP));
+        assert_eq!(run(LEAVES_BEFORE_NAP), (Spun::Found, LEAVES_BEFORE_NAP));
+    }
+
     /// A napping spinner is woken by a publish from a thread that has not
     /// waited, not by one from a thread that has (it relies on that
-    /// thread), and not at all when it finds work it must take.
+    /// thread), and not at all when it finds work it must take; with
+    /// workers pinned or not.
     #[test]
     fn a_nap_ends_for_work_no_waiter_will_run() {
+        a_nap_ends_for_work_no_waiter_will_run_on(false);
+        a_nap_ends_for_work_no_waiter_will_run_on(true);
+    }
+
+    fn a_nap_ends_for_work_no_waiter_will_run_on(pinned_workers: bool) {
         const LIMIT: Duration = Duration::from_secs(20);
-        let sleep = Sleep::new(2, false);
+        let sleep = Sleep::new(2, pinned_workers);
         assert!(sleep.try_start_spinning());
         let start = Instant::now();
         sleep.nap(LIMIT, || true);
@@ -489,5 +546,40 @@ mod tests {
         let limit = Duration::from_millis(50);
         assert!(naps(true, limit) >= limit, "a waiter's publish woke the napper");
         sleep.stop_spinning();
+    }
+}
+
+/// Loom model of a napping spinner of a pool with pinned workers
+/// (`--cfg depengine_loom`; see `loom_tests/README.md`). Pooled's
+/// unpinned case is modelled with its ring (`pooled.rs`).
+#[cfg(all(test, depengine_loom))]
+mod loom_models {
+    use super::Sleep;
+    use crate::sync::{AtomicBool, Ordering};
+    use loom::sync::Arc;
+    use std::time::Duration;
+
+    /// A spinner naps against a publish no waiter will run: either the
+    /// publisher sees the nap announced and wakes it, or the napper sees
+    /// the work before it sleeps. Under loom the nap's timeout never fires,
+    /// so a lost wake-up is a deadlock.
+    #[test]
+    fn a_pinned_napper_never_sleeps_through_an_unmarked_publish() {
+        loom::model(|| {
+            let sleep = Arc::new(Sleep::new(2, true));
+            let work = Arc::new(AtomicBool::new(false));
+            assert!(sleep.try_start_spinning());
+            let napper = {
+                let (sleep, work) = (sleep.clone(), work.clone());
+                loom::thread::spawn(move || {
+                    sleep.nap(Duration::ZERO, || work.load(Ordering::Relaxed));
+                    sleep.stop_spinning();
+                    assert!(work.load(Ordering::Relaxed), "the nap ended without the work");
+                })
+            };
+            work.store(true, Ordering::Relaxed);
+            sleep.notify_one(false);
+            napper.join().unwrap();
+        });
     }
 }

@@ -59,14 +59,18 @@
 //! [`WAITER_GRACE`](super::park::WAITER_GRACE) (300 ns) while it is the
 //! only one there: that thread most likely waits for it next and runs it
 //! itself (`help`), so the round trip stays on one core (pingpong p99
-//! about 20 % lower, A/B in PERF.md); all other work is taken at once. A worker's own push
+//! about 20 % lower, A/B in PERF.md); all other work is taken at once.
+//! Once such a thread has taken four in a row, the spinner naps
+//! (`Sleep::nap`, still counted as spinning) until work no waiter will
+//! run is published, instead of polling the injector's lines or taking
+//! turns with the waiter for its core (`docs/worker-sleep.md`). A worker's own push
 //! wakes one only when its deque already held work or the push comes from
 //! inside a running body (which may run long): a chain released by
 //! completions never pays for a wake-up, and otherwise nothing ready is
 //! left waiting while a worker sleeps.
 
 use super::inline::{run_inline, run_queued_one};
-use super::park::{push_and_wake, Sleep, Spun};
+use super::park::{push_and_wake, Sleep, Spun, NAP_LIMIT};
 use super::priority::PriorityPool;
 use super::ready_ring::ReadyRing;
 use super::AbortOnUnwind;
@@ -269,6 +273,14 @@ impl Shared {
             || self.stealers.iter().any(|s| !s.is_empty())
     }
 
+    /// Whether anything is ready that a spinner must not leave to a waiter:
+    /// everything but marked operations alone in their injectors.
+    fn has_work_to_take(&self) -> bool {
+        self.priority.may_have_work()
+            || self.stealers.iter().any(|s| !s.is_empty())
+            || self.injectors.iter().any(|q| !q.is_empty() && !q.only_marked())
+    }
+
     /// Whether more operations are ready than the one the calling worker is
     /// about to take: then another worker should be woken for the rest. (A
     /// possibly non-empty priority pool counts as more.)
@@ -349,15 +361,25 @@ impl Shared {
             // thread that pushed it as one it is about to wait for and run
             // itself (`help`), is left alone for `WAITER_GRACE` first, so
             // that such a round trip stays on one core.
-            let found = Spun::Found
-                == self.sleep.spin_with_grace(
-                    self.spin,
-                    || self.priority.may_have_work() || self.stealers.iter().any(|s| !s.is_empty()),
-                    || self.injectors.iter().any(|q| !q.is_empty()),
-                    || self.injectors.iter().all(|q| q.is_empty() || q.only_marked()),
-                );
+            let spun = self.sleep.spin_with_grace(
+                self.spin,
+                || self.priority.may_have_work() || self.stealers.iter().any(|s| !s.is_empty()),
+                || self.injectors.iter().any(|q| !q.is_empty()),
+                || self.injectors.iter().all(|q| q.is_empty() || q.only_marked()),
+            );
+            if spun == Spun::LeftToWaiters {
+                // A thread is running its own round trips. A spinner pinned
+                // to another core would only pull the injector's lines away
+                // from it each round, and one pinned to the same core would
+                // take turns with it for that core: stay off both, counted
+                // as spinning, until other work comes (`Sleep::nap`).
+                let stop = || self.stop.load(Ordering::SeqCst);
+                self.sleep.nap(NAP_LIMIT, || self.has_work_to_take() || stop());
+                self.sleep.stop_spinning();
+                return !stop();
+            }
             self.sleep.stop_spinning();
-            if found {
+            if spun == Spun::Found {
                 // Publishers skip the wake-up while a worker spins, so the
                 // spinner may be the only one told about several
                 // operations: it hands the watch on to a sleeper (as tokio's

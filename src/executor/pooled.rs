@@ -26,7 +26,7 @@
 //! 0.9 to 11 µs.
 
 use super::inline::{run_inline, run_queued_one};
-use super::park::{push_and_wake, Sleep, Spun};
+use super::park::{push_and_wake, Sleep, Spun, NAP_LIMIT};
 use super::ready_ring::ReadyRing;
 use super::AbortOnUnwind;
 use super::{Executor, WorkerThreads};
@@ -38,11 +38,6 @@ use crate::sync::{AtomicBool, Ordering};
 use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// The longest a spinner naps while a thread runs its own round trips
-/// (`Sleep::nap`): how long an operation marked for a waiter that did not
-/// wait after all may sit in the ring with every worker idle.
-const NAP_LIMIT: Duration = Duration::from_millis(1);
 
 /// How many spins in a row may find work that is gone when the spinner
 /// goes to take it before the spinner naps, as after a spin that left its

@@ -1,0 +1,42 @@
+//! Push-then-wait round trips back to back, as a program that waits for
+//! each result before its next push runs them: no clock is read between
+//! two round trips (`depengine-perf`'s pingpong times each one, which
+//! leaves a gap of some 40 ns between them). Prints, for each engine and
+//! each of three runs of 1,000,000 round trips after a warm-up, the mean
+//! time of one and how many of its operations the workers ran (the rest
+//! the waiting thread ran itself, `Executor::help`).
+//!
+//! ```text
+//! cargo run --release --example round_trips -- [naive,pooled,per_device]
+//! ```
+
+use depengine::{Engine, EngineKind};
+use std::time::Instant;
+
+const ROUND_TRIPS: u64 = 1_000_000;
+
+fn main() {
+    let kinds: Vec<EngineKind> = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "naive,pooled,per_device".into())
+        .split(',')
+        .map(|k| EngineKind::parse(k).expect("an engine: naive, pooled or per_device"))
+        .collect();
+    for kind in kinds {
+        let engine = Engine::builder().kind(kind).build().unwrap();
+        let v = engine.new_var();
+        let round_trip = || {
+            engine.push_sync(|_| {}, &[], &[v]).unwrap();
+            engine.wait_var(v).unwrap();
+        };
+        (0..ROUND_TRIPS / 10).for_each(|_| round_trip());
+        for _ in 0..3 {
+            let on_workers = engine.stats().ran_on_workers;
+            let start = Instant::now();
+            (0..ROUND_TRIPS).for_each(|_| round_trip());
+            let mean = start.elapsed().as_nanos() as f64 / ROUND_TRIPS as f64;
+            let ran = engine.stats().ran_on_workers - on_workers;
+            println!("{:<10} {mean:6.1} ns a round trip, {ran} of {ROUND_TRIPS} run on workers", kind.name());
+        }
+    }
+}

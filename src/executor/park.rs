@@ -2,7 +2,9 @@
 
 use super::ready_ring::ReadyRing;
 use crate::barrier;
-use crate::sync::{fence, futex_wait, futex_wait_for, futex_wake_all, futex_wake_one, spin_hint, AtomicU32, Ordering};
+use crate::sync::{
+    fence, futex_wait, futex_wait_for, futex_wake_all, futex_wake_one, spin_hint, AtomicBool, AtomicU32, Ordering,
+};
 use crossbeam_utils::CachePadded;
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -39,7 +41,7 @@ pub(crate) const WAITER_GRACE: Duration = Duration::from_nanos(300);
 /// The longest a spinner naps while a thread runs its own round trips
 /// ([`Sleep::nap`]): how long an operation marked for a waiter that did
 /// not wait after all may sit in a queue with every worker idle.
-pub(crate) const NAP_LIMIT: Duration = Duration::from_millis(1);
+const NAP_LIMIT: Duration = Duration::from_millis(1);
 
 /// The spinning state's loop: polls `found` for up to `spin`, yielding the
 /// core between rounds (with as many workers as cores, the pushing thread
@@ -270,6 +272,17 @@ impl Sleep {
             futex_wait_for(&self.nap.word, seen, limit);
         }
         self.nap.napping.store(0, Ordering::Relaxed);
+    }
+
+    /// **spinning → napping → running / parking**: what a spinner does
+    /// after a spin that ended [`Spun::LeftToWaiters`]: naps for at most
+    /// [`NAP_LIMIT`] (unless `has_work()` or the pool is stopping, `stop`),
+    /// then stops spinning. Returns `false` when the pool is stopping.
+    pub(crate) fn nap_after_leaving(&self, has_work: impl Fn() -> bool, stop: &AtomicBool) -> bool {
+        let stopping = || stop.load(Ordering::SeqCst);
+        self.nap(NAP_LIMIT, || has_work() || stopping());
+        self.stop_spinning();
+        !stopping()
     }
 
     /// Wakes a napping spinner, if one naps (one wake-up per nap: the

@@ -70,7 +70,7 @@
 //! left waiting while a worker sleeps.
 
 use super::inline::{run_inline, run_queued_one};
-use super::park::{push_and_wake, Sleep, Spun, NAP_LIMIT};
+use super::park::{push_and_wake, Sleep, Spun};
 use super::priority::PriorityPool;
 use super::ready_ring::ReadyRing;
 use super::AbortOnUnwind;
@@ -268,17 +268,30 @@ impl Shared {
 
     /// Whether any queue may hold work (a hint, for spinning and parking).
     fn has_work(&self) -> bool {
-        self.priority.may_have_work()
-            || self.injectors.iter().any(|q| !q.is_empty())
-            || self.stealers.iter().any(|s| !s.is_empty())
+        self.has_urgent_work() || self.injected()
     }
 
     /// Whether anything is ready that a spinner must not leave to a waiter:
     /// everything but marked operations alone in their injectors.
     fn has_work_to_take(&self) -> bool {
-        self.priority.may_have_work()
-            || self.stealers.iter().any(|s| !s.is_empty())
-            || self.injectors.iter().any(|q| !q.is_empty() && !q.only_marked())
+        self.has_urgent_work() || !self.injected_only_for_waiters()
+    }
+
+    /// Whether the priority pool or a deque may hold work: a spinner takes
+    /// it at once.
+    fn has_urgent_work(&self) -> bool {
+        self.priority.may_have_work() || self.stealers.iter().any(|s| !s.is_empty())
+    }
+
+    /// Whether an injector holds work.
+    fn injected(&self) -> bool {
+        self.injectors.iter().any(|q| !q.is_empty())
+    }
+
+    /// Whether every injector is empty or holds one operation marked for
+    /// the waiter that pushed it ([`ReadyRing::only_marked`]).
+    fn injected_only_for_waiters(&self) -> bool {
+        self.injectors.iter().all(|q| q.is_empty() || q.only_marked())
     }
 
     /// Whether more operations are ready than the one the calling worker is
@@ -363,9 +376,9 @@ impl Shared {
             // that such a round trip stays on one core.
             let spun = self.sleep.spin_with_grace(
                 self.spin,
-                || self.priority.may_have_work() || self.stealers.iter().any(|s| !s.is_empty()),
-                || self.injectors.iter().any(|q| !q.is_empty()),
-                || self.injectors.iter().all(|q| q.is_empty() || q.only_marked()),
+                || self.has_urgent_work(),
+                || self.injected(),
+                || self.injected_only_for_waiters(),
             );
             if spun == Spun::LeftToWaiters {
                 // A thread is running its own round trips. A spinner pinned
@@ -373,10 +386,7 @@ impl Shared {
                 // from it each round, and one pinned to the same core would
                 // take turns with it for that core: stay off both, counted
                 // as spinning, until other work comes (`Sleep::nap`).
-                let stop = || self.stop.load(Ordering::SeqCst);
-                self.sleep.nap(NAP_LIMIT, || self.has_work_to_take() || stop());
-                self.sleep.stop_spinning();
-                return !stop();
+                return self.sleep.nap_after_leaving(|| self.has_work_to_take(), &self.stop);
             }
             self.sleep.stop_spinning();
             if spun == Spun::Found {

@@ -26,7 +26,7 @@
 //! 0.9 to 11 µs.
 
 use super::inline::{run_inline, run_queued_one};
-use super::park::{push_and_wake, Sleep, Spun, NAP_LIMIT};
+use super::park::{push_and_wake, Sleep, Spun};
 use super::ready_ring::ReadyRing;
 use super::AbortOnUnwind;
 use super::{Executor, WorkerThreads};
@@ -179,10 +179,7 @@ impl WorkerPool {
                 // A thread is running its own round trips: stay off the
                 // ring's lines, counted as spinning, until other work
                 // comes (`Sleep::nap`).
-                let stop = || self.stop.load(Ordering::SeqCst);
-                self.sleep.nap(NAP_LIMIT, || self.has_work_to_take() || stop());
-                self.sleep.stop_spinning();
-                return !stop();
+                return self.sleep.nap_after_leaving(|| self.has_work_to_take(), &self.stop);
             }
             self.sleep.stop_spinning();
             if spun == Spun::Found {

@@ -31,6 +31,14 @@
 //!                              under its row, summed over all repetitions, and
 //!                              each thread's share of a core over the timed
 //!                              repetitions (Linux; in 10 ms ticks)
+//!   --reps-out PATH            append every timed repetition to PATH, a line
+//!                              each: engine, workload, W (`p50` for pingpong)
+//!                              and its ns/op (pingpong: its p50)
+//!   --take-turns first:DIR     take turns with a second process, repetition by
+//!   --take-turns second:DIR    repetition, over the named pipes DIR/to_first and
+//!                              DIR/to_second (`turns.rs`; `TURNS=1 perf/ab.sh`);
+//!                              both need the same rows and repetitions, and
+//!                              --stats' core shares then count the other's turns
 //! ```
 //!
 //! Every run probes the machine's state with no engine (`probe.rs`): before
@@ -40,6 +48,7 @@
 mod chart;
 mod measure;
 mod probe;
+mod turns;
 mod workloads;
 
 use depengine::{Engine, EngineBuilder, EngineKind, Var};
@@ -71,6 +80,9 @@ struct Options {
     stats: bool,
     profile: Option<std::path::PathBuf>,
     pin: bool,
+    reps_out: Option<String>,
+    /// `--take-turns`: whether this process goes first, and the pipes' folder.
+    take_turns: Option<(bool, std::path::PathBuf)>,
 }
 
 fn usage(msg: &str) -> ! {
@@ -97,6 +109,8 @@ fn parse_args() -> Options {
         stats: false,
         profile: None,
         pin: true,
+        reps_out: None,
+        take_turns: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -125,6 +139,16 @@ fn parse_args() -> Options {
                 o.peers.push((name.to_owned(), path.to_owned()));
             }
             "--json" => o.json = Some(val()),
+            "--reps-out" => o.reps_out = Some(val()),
+            "--take-turns" => {
+                let v = val();
+                let (first, dir) = match v.split_once(':') {
+                    Some(("first", dir)) => (true, dir),
+                    Some(("second", dir)) => (false, dir),
+                    _ => usage("--take-turns takes first:DIR or second:DIR"),
+                };
+                o.take_turns = Some((first, dir.into()));
+            }
             "--quick" => o.quick = true,
             "-h" | "--help" => usage("help"),
             other => usage(&format!("unknown option {other}")),
@@ -167,6 +191,8 @@ struct Row {
     allocs_per_op: Option<f64>,
     rss_mb: Option<f64>,
     pingpong: Option<[f64; 3]>,
+    /// Each timed repetition's ns/op (pingpong: its p50), in order.
+    reps: Vec<f64>,
     /// The engine's counters after the row (`--stats`).
     stats: Option<String>,
 }
@@ -189,6 +215,7 @@ fn throughput(kind: EngineKind, wl: &Workload, w: u32, o: &Options) -> Row {
         if rep > 0 {
             times.push(dt / wl.ops.len() as f64);
             allocs.push(da / wl.ops.len() as f64);
+            turns::hand_over();
         } else if o.stats {
             // Outside every window that counts allocations.
             cpu_before = Some((thread_cpu(), Instant::now()));
@@ -197,6 +224,7 @@ fn throughput(kind: EngineKind, wl: &Workload, w: u32, o: &Options) -> Row {
     let cpu = cpu_before.map(|(before, t)| cpu_shares(&before, &thread_cpu(), t.elapsed()));
     engine.set_bulk_size(0).expect("bulk size");
     let name = if o.bulk > 1 { format!("{}+bulk{}", kind.name(), o.bulk) } else { kind.name().to_owned() };
+    let reps = times.clone();
     Row {
         engine: name,
         workload: wl.name.to_owned(),
@@ -206,6 +234,7 @@ fn throughput(kind: EngineKind, wl: &Workload, w: u32, o: &Options) -> Row {
         allocs_per_op: Some(median(&mut allocs)),
         rss_mb: peak_rss_mb(),
         pingpong: None,
+        reps,
         stats: o.stats.then(|| {
             let cpu = cpu.unwrap_or_default();
             format!("{}\ncpu over the timed repetitions, share of one core: {cpu}", engine.stats())
@@ -233,8 +262,10 @@ fn pingpong(kind: EngineKind, o: &Options) -> Row {
             for (k, q) in [0.5, 0.99, 0.999].into_iter().enumerate() {
                 pct[k].push(lat[((count as f64 * q) as usize).min(count - 1)]);
             }
+            turns::hand_over();
         }
     }
+    let reps = pct[0].clone();
     let allocs = (allocations() - a0) as f64 / (count * (o.reps + 1)) as f64;
     Row {
         engine: kind.name().to_owned(),
@@ -245,6 +276,7 @@ fn pingpong(kind: EngineKind, o: &Options) -> Row {
         allocs_per_op: Some(allocs),
         rss_mb: peak_rss_mb(),
         pingpong: Some([median(&mut pct[0]), median(&mut pct[1]), median(&mut pct[2])]),
+        reps,
         stats: o.stats.then(|| engine.stats().to_string()),
     }
 }
@@ -285,6 +317,7 @@ fn peer(name: &str, path: &str, workload: &str, w: u32, n: usize, o: &Options) -
         allocs_per_op: None,
         rss_mb: None,
         pingpong,
+        reps: Vec::new(),
         stats: None,
     })
 }
@@ -340,10 +373,14 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
         for &kind in &o.engines {
             let pass = if o.pairs > 1 { format!(" (round {}/{})", round + 1, o.pairs) } else { String::new() };
             progress(&format!("{} {wl_name} W={w} N={n}{pass}", kind.name()));
-            this.push(match wl {
+            let row = match wl {
                 Some(wl) => throughput(kind, wl, w, o),
                 None => pingpong(kind, o),
-            });
+            };
+            if let Some(path) = &o.reps_out {
+                append_reps(path, &row);
+            }
+            this.push(row);
         }
         for (name, path) in &o.peers {
             if let Some(r) = peer(name, path, wl_name, w, n, o) {
@@ -401,6 +438,19 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
                 median: m,
             });
         }
+    }
+}
+
+/// Appends `row`'s repetitions to `path` (`--reps-out`).
+fn append_reps(path: &str, row: &Row) {
+    let w = if row.pingpong.is_some() { "p50".to_owned() } else { row.w.to_string() };
+    let mut lines = String::new();
+    for ns in &row.reps {
+        let _ = writeln!(lines, "{} {} {w} {ns:.1}", row.engine, row.workload);
+    }
+    let file = std::fs::OpenOptions::new().create(true).append(true).open(path);
+    if let Err(e) = file.and_then(|mut f| std::io::Write::write_all(&mut f, lines.as_bytes())) {
+        eprintln!("cannot write {path}: {e}");
     }
 }
 
@@ -614,6 +664,9 @@ fn json(m: &Measured, o: &Options, states: [&MachineState; 2]) -> String {
 
 fn main() {
     let o = parse_args();
+    if let Some((first, dir)) = &o.take_turns {
+        turns::join(dir, *first).unwrap_or_else(|e| usage(&format!("--take-turns {}: {e}", dir.display())));
+    }
     println!(
         "depengine-perf — machine: {}; {} CPU workers; median of {} after 1 warm-up",
         machine(),

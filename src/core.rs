@@ -315,12 +315,8 @@ impl Core {
         let mut ready = ReadyList { head: NIL, tail: NIL };
         self.dispatcher.submit(&self.oprs, op, me, |op, ticket| self.dispatch(op, ticket, &mut ready));
         self.schedule_list(ready);
-        if self.max_pending != 0 {
-            let pending = self.pending();
-            self.stats.note_pending(pending);
-            if pending >= self.max_pending {
-                self.throttle();
-            }
+        if self.max_pending != 0 && self.pending_reached(self.max_pending) {
+            self.throttle();
         }
         Ok(())
     }
@@ -347,7 +343,7 @@ impl Core {
         if self.max_pending == 0
             || opts.prop != FnProperty::Normal
             || opts.ctx.is_gpu()
-            || self.pending() + 1 < self.max_pending
+            || !self.pending_reached(self.max_pending - 1)
         {
             return Ok(None);
         }
@@ -422,6 +418,25 @@ impl Core {
     /// Operations dispatched and not finished.
     pub(crate) fn pending(&self) -> u64 {
         self.pending.pending(self.dispatcher.dispatched())
+    }
+
+    /// Whether the pending count has reached `limit`, for a push: the
+    /// bound `PendingCounter::pending_at_most` answers most pushes
+    /// without reading the finished count, which the workers keep
+    /// writing (one cache-line transfer a push in a pipeline). The exact
+    /// count is read when the bound reaches `limit` or passes the
+    /// pending high-water mark, so the mark (`EngineStats`) stays exact:
+    /// every push that raises it reads the count.
+    #[inline]
+    pub(crate) fn pending_reached(&self, limit: u64) -> bool {
+        let dispatched = self.dispatcher.dispatched();
+        let bound = self.pending.pending_at_most(dispatched);
+        if bound < limit && bound <= self.stats.pending_high_water() {
+            return false;
+        }
+        let pending = self.pending.pending_seen(dispatched, limit);
+        self.stats.note_pending(pending);
+        pending >= limit
     }
 
     /// Counts `n` operations as finished.

@@ -220,6 +220,12 @@ impl Stats {
         self.pending_high_water.note(pending);
     }
 
+    /// The pending high-water mark so far.
+    #[inline]
+    pub(crate) fn pending_high_water(&self) -> u64 {
+        self.pending_high_water.get()
+    }
+
     /// Fills the counters kept here into `s`.
     pub(crate) fn read_into(&self, s: &mut EngineStats) {
         s.per_worker = self.workers.iter().map(|w| w.ran.load(Relaxed)).collect();

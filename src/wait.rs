@@ -24,6 +24,7 @@ use crate::sync::{
 };
 use crate::throttle::DrainRate;
 use crossbeam_utils::CachePadded;
+use std::sync::atomic as std_atomic;
 use std::sync::Arc;
 
 /// Spin iterations a waiter tries (helping or pausing) before it sleeps.
@@ -61,8 +62,11 @@ fn help_spin_sleep(mut done: impl FnMut() -> bool, mut helper: Helper<impl FnMut
 }
 
 /// Counts finished operations; pending = dispatched (the dispatcher's
-/// ticket count) − finished. The pushing thread never writes here, so a push
-/// costs no locked instruction for the count; `wait_all` sleeps on it.
+/// ticket count) − finished. A push costs no locked instruction for the
+/// count: pushers only read `finished`, and keep a copy of it on a line of
+/// their own (`finished_seen`, a plain store now and then), which bounds
+/// the pending count without reading the workers' line at every push
+/// ([`pending_at_most`](Self::pending_at_most)); `wait_all` sleeps on it.
 pub(crate) struct PendingCounter {
     finished: CachePadded<AtomicU64>,
     epoch: AtomicU32,
@@ -74,6 +78,17 @@ pub(crate) struct PendingCounter {
     /// How fast the count rises, as throttled pushers see it (in the
     /// padding of the line above: the struct keeps its size).
     pub(crate) drain_rate: DrainRate,
+    /// A finished count pushers saw earlier ([`pending_at_most`]): on a
+    /// line of its own that only pushers write (and rarely), so reading
+    /// it on every push costs no transfer from the workers, which write
+    /// `finished`.
+    ///
+    /// An estimate that orders nothing (any count once read from
+    /// `finished` bounds the pending count): a std atomic, which loom does
+    /// not explore, as for the statistics and the drain rate.
+    ///
+    /// [`pending_at_most`]: Self::pending_at_most
+    finished_seen: CachePadded<std_atomic::AtomicU64>,
 }
 
 impl Default for PendingCounter {
@@ -84,6 +99,7 @@ impl Default for PendingCounter {
             sleepers: AtomicU32::new(0),
             wake_at: AtomicU64::new(0),
             drain_rate: DrainRate::default(),
+            finished_seen: CachePadded::new(std_atomic::AtomicU64::new(0)),
         }
     }
 }
@@ -155,6 +171,31 @@ impl PendingCounter {
     #[inline]
     pub(crate) fn pending(&self, dispatched: u64) -> u64 {
         dispatched.saturating_sub(self.finished.load(Ordering::SeqCst))
+    }
+
+    /// A bound the pending count cannot exceed, read without touching the
+    /// workers' line: `dispatched` less a finished count seen earlier
+    /// ([`pending_seen`](Self::pending_seen)), which can only have grown
+    /// since. A push compares this with its limits and reads the exact
+    /// count only when the bound reaches one.
+    #[inline]
+    pub(crate) fn pending_at_most(&self, dispatched: u64) -> u64 {
+        dispatched.saturating_sub(self.finished_seen.load(std_atomic::Ordering::Relaxed))
+    }
+
+    /// [`pending`](Self::pending); when that is under `limit`, keeps the
+    /// finished count it read for [`pending_at_most`](Self::pending_at_most)
+    /// (at the limit the bound would be read and passed over at the next
+    /// push anyway). Racing pushers may store their counts out of order;
+    /// an older count only loosens the bound.
+    #[inline]
+    pub(crate) fn pending_seen(&self, dispatched: u64, limit: u64) -> u64 {
+        let finished = self.finished.load(Ordering::SeqCst);
+        let pending = dispatched.saturating_sub(finished);
+        if pending < limit {
+            self.finished_seen.store(finished, std_atomic::Ordering::Relaxed);
+        }
+        pending
     }
 
     /// Whether every operation submitted so far has finished.
@@ -302,6 +343,27 @@ mod tests {
     /// Long enough that only a lost wake-up reaches it.
     const NEVER: Duration = Duration::from_secs(60);
 
+    /// The pushers' bound never falls below the exact count, tightens only
+    /// when an exact read under the limit refreshes it, and never goes
+    /// back to the workers' line by itself.
+    #[test]
+    fn the_pushers_bound_is_never_below_the_pending_count() {
+        let counter = PendingCounter::default();
+        assert_eq!(counter.pending_at_most(10), 10);
+        counter.done(4, || 10);
+        // Finished moved on; the bound keeps the count it last saw.
+        assert_eq!((counter.pending(10), counter.pending_at_most(10)), (6, 10));
+        // An exact read at the limit leaves the bound alone ...
+        assert_eq!(counter.pending_seen(10, 6), 6);
+        assert_eq!(counter.pending_at_most(10), 10);
+        // ... one under it refreshes the bound.
+        assert_eq!(counter.pending_seen(10, 7), 6);
+        assert_eq!(counter.pending_at_most(12), 8);
+        counter.done(8, || 12);
+        assert_eq!(counter.pending(12), 0);
+        assert!(counter.pending_at_most(12) >= counter.pending(12));
+    }
+
     /// A throttled pusher's sleep ends when the count reaches its target,
     /// not at its timeout; the target it armed is disarmed after.
     #[test]
@@ -344,10 +406,11 @@ mod tests {
     }
 
     /// The throttle's fields live in the padding after `finished`: the
-    /// counter (and so the engine core's layout) keeps its two line pairs.
+    /// counter takes three line pairs, the workers' `finished`, the
+    /// waiters' and throttle's fields, and the pushers' `finished_seen`.
     #[test]
     fn the_throttle_fields_fit_in_the_padding() {
-        assert_eq!(std::mem::size_of::<PendingCounter>(), 256);
+        assert_eq!(std::mem::size_of::<PendingCounter>(), 3 * 128);
     }
 }
 

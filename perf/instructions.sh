@@ -5,7 +5,9 @@
 #
 #   perf/instructions.sh                      every throughput workload
 #   perf/instructions.sh chain random         some of them
-#   BIN=/tmp/old/depengine-perf perf/instructions.sh   another build (A/B)
+#   BIN=/tmp/old/depengine-perf perf/instructions.sh   another build (A/B; one
+#       built from 2026-11-26 on: the runs pass --no-probe, whose machine
+#       probe would spin for hours under valgrind)
 #   FUNC=depengine::core::Core::push perf/instructions.sh   one function's share
 #
 # It runs the `naive` engine, where push, dispatch, run and complete all
@@ -50,7 +52,7 @@ if [[ "${WORKER:-0}" == 1 ]]; then
     printf '%-10s %12s %10s\n' workload "worker instr/op" "ops"
     for one in ${@:-chain}; do
         stats=$(valgrind --tool=callgrind --fair-sched=yes --separate-threads=yes \
-            --callgrind-out-file="$out/$one" "$BIN" --engines per_device --threads 1 \
+            --callgrind-out-file="$out/$one" "$BIN" --no-probe --engines per_device --threads 1 \
             --workloads "$one" --w 0 --n "$N" --reps 1 --stats 2>&1 | grep -o 'ran [0-9]* on workers')
         ran=${stats//[^0-9]/}
         worker=""
@@ -70,7 +72,7 @@ printf '%-10s %12s\n' workload "instr/op"
 for w in "${@:-nodeps chain chains64 fanout random layered}"; do
     for one in $w; do
         valgrind --tool=callgrind --callgrind-out-file="$out/$one" \
-            "$BIN" --engines naive --workloads "$one" --w 0 --n "$N" --reps 1 >/dev/null 2>&1
+            "$BIN" --no-probe --engines naive --workloads "$one" --w 0 --n "$N" --reps 1 >/dev/null 2>&1
         total=$(callgrind_annotate --inclusive=yes "$out/$one" 2>/dev/null |
             grep -F "$FUNC" | grep -v '=>' | head -1 | awk '{gsub(",", "", $1); print $1}')
         if [[ -z "$total" ]]; then

@@ -31,6 +31,9 @@
 //!                              under its row, summed over all repetitions, and
 //!                              each thread's share of a core over the timed
 //!                              repetitions (Linux; in 10 ms ticks)
+//!   --no-probe                 skip the machine probe (perf/instructions.sh: under
+//!                              valgrind, which runs one thread at a time, its
+//!                              two spinning threads take hours)
 //!   --reps-out PATH            append every timed repetition to PATH, a line
 //!                              each: engine, workload, W (`p50` for pingpong)
 //!                              and its ns/op (pingpong: its p50)
@@ -81,6 +84,7 @@ struct Options {
     profile: Option<std::path::PathBuf>,
     pin: bool,
     reps_out: Option<String>,
+    no_probe: bool,
     /// `--take-turns`: whether this process goes first, and the pipes' folder.
     take_turns: Option<(bool, std::path::PathBuf)>,
 }
@@ -110,6 +114,7 @@ fn parse_args() -> Options {
         profile: None,
         pin: true,
         reps_out: None,
+        no_probe: false,
         take_turns: None,
     };
     let mut args = std::env::args().skip(1);
@@ -150,6 +155,7 @@ fn parse_args() -> Options {
                 o.take_turns = Some((first, dir.into()));
             }
             "--quick" => o.quick = true,
+            "--no-probe" => o.no_probe = true,
             "-h" | "--help" => usage("help"),
             other => usage(&format!("unknown option {other}")),
         }
@@ -368,7 +374,7 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
     let mut rounds: Vec<Vec<Row>> = Vec::new();
     let mut round_trips = Vec::new();
     for round in 0..o.pairs {
-        let rt_before = round_trip_ns();
+        let rt_before = row_round_trip(o);
         let mut this = Vec::new();
         for &kind in &o.engines {
             let pass = if o.pairs > 1 { format!(" (round {}/{})", round + 1, o.pairs) } else { String::new() };
@@ -388,7 +394,7 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
             }
         }
         rounds.push(this);
-        if let (Some(b), Some(a)) = (rt_before, round_trip_ns()) {
+        if let (Some(b), Some(a)) = (rt_before, row_round_trip(o)) {
             round_trips.push([b, a]);
         }
     }
@@ -454,6 +460,21 @@ fn append_reps(path: &str, row: &Row) {
     }
 }
 
+/// The cache-line round trip taken beside a round of a row (none with
+/// `--no-probe`).
+fn row_round_trip(o: &Options) -> Option<f64> {
+    if o.no_probe {
+        None
+    } else {
+        round_trip_ns()
+    }
+}
+
+/// The machine's state as the output says it (`--no-probe`: none).
+fn state_text(state: Option<&MachineState>) -> String {
+    state.map_or_else(|| "not probed (--no-probe)".to_owned(), MachineState::to_string)
+}
+
 /// On a terminal, says on standard error which row is being measured (the
 /// next printed row overwrites it).
 fn progress(what: &str) {
@@ -500,7 +521,7 @@ fn print_row(r: &Row) {
 /// The results as markdown tables: ns/op per workload (rows) and engine
 /// or peer (columns) for each W, pingpong percentiles, and each peer's
 /// median ratio to each engine (above 1: the engine is faster).
-fn markdown(m: &Measured, o: &Options, states: [&MachineState; 2]) -> String {
+fn markdown(m: &Measured, o: &Options, states: [Option<&MachineState>; 2]) -> String {
     let (rows, ratios) = (&m.rows, &m.ratios);
     let mut s = String::new();
     let _ = writeln!(
@@ -511,8 +532,8 @@ fn markdown(m: &Measured, o: &Options, states: [&MachineState; 2]) -> String {
         o.reps,
         o.pairs,
         std::env::args().collect::<Vec<_>>().join(" "),
-        states[0],
-        states[1]
+        state_text(states[0]),
+        state_text(states[1])
     );
     let mut names: Vec<&str> = Vec::new();
     for r in rows {
@@ -607,15 +628,20 @@ fn engines_of<'a>(rows: &[&'a Row]) -> Vec<&'a str> {
     names
 }
 
-fn json(m: &Measured, o: &Options, states: [&MachineState; 2]) -> String {
+fn json(m: &Measured, o: &Options, states: [Option<&MachineState>; 2]) -> String {
     let rows = &m.rows;
     let mut s = String::from("{\n");
-    let state = |m: &MachineState| {
-        format!(
-            "{{\"round_trip_ns\": {}, \"body_ns\": {:.1}, \"two_threads_body_ns\": {:.1}}}",
-            m.round_trip_ns.map_or("null".to_owned(), |v| format!("{v:.1}")),
-            m.body_ns,
-            m.two_threads_ns
+    let state = |m: Option<&MachineState>| {
+        m.map_or_else(
+            || "null".to_owned(),
+            |m| {
+                format!(
+                    "{{\"round_trip_ns\": {}, \"body_ns\": {:.1}, \"two_threads_body_ns\": {:.1}}}",
+                    m.round_trip_ns.map_or("null".to_owned(), |v| format!("{v:.1}")),
+                    m.body_ns,
+                    m.two_threads_ns
+                )
+            },
         )
     };
     let _ = writeln!(
@@ -682,8 +708,8 @@ fn main() {
             "SeqCst fences (DEPENGINE_MEMBARRIER=0, or no membarrier)"
         }
     );
-    let before = probe();
-    println!("machine state before the rows: {before}");
+    let before = (!o.no_probe).then(probe);
+    println!("machine state before the rows: {}", state_text(before.as_ref()));
     println!(
         "{:<12} {:<9} {:>6} {:>9} {:>10} {:>10} {:>10} {:>10} {:>8}",
         "engine", "workload", "W", "N", "ns/op|p50", "Mops/s|p99", "p99.9", "allocs/op", "RSS MB"
@@ -702,15 +728,16 @@ fn main() {
             measure_row(&o, wl_name, w, n, Some(&wl), &mut m);
         }
     }
-    let after = probe();
-    println!("machine state after the rows: {after}");
+    let after = (!o.no_probe).then(probe);
+    println!("machine state after the rows: {}", state_text(after.as_ref()));
     if let Some(path) = &o.markdown {
-        std::fs::write(path, markdown(&m, &o, [&before, &after]))
+        std::fs::write(path, markdown(&m, &o, [before.as_ref(), after.as_ref()]))
             .unwrap_or_else(|e| eprintln!("cannot write {path}: {e}"));
         println!("tables written to {path}");
     }
     if let Some(path) = &o.json {
-        std::fs::write(path, json(&m, &o, [&before, &after])).unwrap_or_else(|e| eprintln!("cannot write {path}: {e}"));
+        std::fs::write(path, json(&m, &o, [before.as_ref(), after.as_ref()]))
+            .unwrap_or_else(|e| eprintln!("cannot write {path}: {e}"));
         println!("results written to {path}");
     }
     if let Some(path) = &o.svg {

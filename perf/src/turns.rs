@@ -17,9 +17,10 @@
 //! and `to_second` (the caller makes them with `mkfifo`). The process
 //! waiting for its turn blocks in `read`, and its engine's workers, with
 //! nothing to run, have parked (a side waits [`SETTLE`] before it hands
-//! over), so the running side has the machine to itself. Both processes must be given the same rows and
-//! repetitions (the same turns). When one side exits, the other stops
-//! waiting: a closed pipe ends the turn-taking.
+//! over), so the running side has the machine to itself. Both processes
+//! must be given the same rows and repetitions (the same turns). When one
+//! side exits, the other stops waiting: a closed pipe ends the
+//! turn-taking.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -61,10 +62,8 @@ impl Turns {
     /// that this side's idle workers have parked when the other side's
     /// turn starts.
     pub(crate) fn hand_over(&mut self) {
-        if self.give.is_some() {
-            std::thread::sleep(SETTLE);
-        }
         if let Some(give) = self.give.as_mut() {
+            std::thread::sleep(SETTLE);
             if give.write_all(&[1]).is_err() {
                 // The other side has gone (the pipe has no reader).
                 self.give = None;

@@ -3,7 +3,8 @@
 #
 #   loom_tests/run.sh          what CI runs: every model at LOOM_MAX_PREEMPTIONS=3,
 #                              the heavy ones (marked #[ignore]) at 2
-#   loom_tests/run.sh --long   the heavy ones at 3 as well (tens of minutes)
+#   loom_tests/run.sh --long   the heavy ones at 3 as well (hours: a 45-minute run
+#                              on the 2-core machine did not finish)
 #
 # Set LOOM_LOG=info to see each model's iteration count ("Completed in N iterations").
 set -euo pipefail

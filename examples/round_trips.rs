@@ -15,8 +15,8 @@
 //! every operation and the round trip crosses cores twice. This is the
 //! pattern a worker that holds back to let work pile up would hurt: to
 //! the engine it looks like a pusher streaming one operation ahead
-//! (PERF.md, "Tried and not kept", the idle delay). The `DEPENGINE_*`
-//! variables apply.
+//! (PERF.md, "2026-11-26, second session: a worker that holds back").
+//! The `DEPENGINE_*` variables apply.
 
 use depengine::{EngineBuilder, EngineKind};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,7 +34,7 @@ fn main() {
         .collect();
     let flag = std::env::args().nth(2).as_deref() == Some("flag");
     for kind in kinds {
-        let engine = EngineBuilder::from_env().unwrap().kind(kind).build().unwrap();
+        let engine = EngineBuilder::from_env().expect("the DEPENGINE_* variables").kind(kind).build().unwrap();
         let v = engine.new_var();
         let done = Arc::new(AtomicU64::new(0));
         let mut sent = 0;

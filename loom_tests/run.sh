@@ -3,8 +3,8 @@
 #
 #   loom_tests/run.sh          what CI runs: every model at LOOM_MAX_PREEMPTIONS=3,
 #                              the heavy ones (marked #[ignore]) at 2
-#   loom_tests/run.sh --long   the heavy ones at 3 as well (hours: a 45-minute run
-#                              on the 2-core machine did not finish)
+#   loom_tests/run.sh --long   the heavy ones at 3 as well (over 45 minutes: a run
+#                              cut off there on the 2-core machine had not finished)
 #
 # Set LOOM_LOG=info to see each model's iteration count ("Completed in N iterations").
 set -euo pipefail

@@ -14,6 +14,7 @@
 //!   seeded random order (a debugging mode that replaces any engine's
 //!   executor when a shuffle seed is set).
 
+pub(crate) mod deque;
 pub(crate) mod inline;
 pub(crate) mod naive;
 pub(crate) mod park;

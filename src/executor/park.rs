@@ -171,6 +171,12 @@ impl Sleep {
         self.spinning.load(Ordering::Relaxed) != 0
     }
 
+    /// Workers announced as parked (for the loom models of `per_device.rs`).
+    #[cfg(all(test, depengine_loom))]
+    pub(crate) fn sleepers(&self) -> u32 {
+        self.sleepers.load(Ordering::SeqCst)
+    }
+
     /// **running → spinning**: succeeds for at most `max_spinning` workers
     /// at a time.
     pub(crate) fn try_start_spinning(&self) -> bool {

@@ -30,7 +30,8 @@
 //!   kAsync inline path).
 //!
 //! The deque is crossbeam's Chase-Lev deque (`crossbeam_deque::Worker`,
-//! LIFO for the owner, FIFO for thieves): the floor measured here is
+//! LIFO for the owner, FIFO for thieves; under loom a twin that loom can
+//! see into, `deque.rs`): the floor measured here is
 //! 13.5 ns for a push and pop (`shared/TOOLCHAIN.md`), below anything else
 //! in an operation's life, so an own deque on crossbeam-epoch would buy
 //! nothing measurable. It grows by reallocating; keeping at most
@@ -69,6 +70,7 @@
 //! completions never pays for a wake-up, and otherwise nothing ready is
 //! left waiting while a worker sleeps.
 
+use super::deque::{Steal, Stealer, Worker};
 use super::inline::{run_inline, run_queued_one};
 use super::park::{push_and_wake, Sleep, Spun};
 use super::priority::PriorityPool;
@@ -81,7 +83,6 @@ use crate::pool::NIL;
 use crate::stats::{EngineStats, ExecutorCounters, READY_SAMPLE};
 use crate::sync::{AtomicBool, Ordering};
 use crate::topology::{current_cpu, Topology};
-use crossbeam_deque::{Steal, Stealer, Worker};
 use crossbeam_utils::CachePadded;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, AtomicU64};
@@ -93,7 +94,7 @@ use std::time::Duration;
 pub(crate) const LOCAL_CAPACITY: usize = 64;
 
 /// Ready operations a node's injector holds before pushers run them inline.
-const INJECTOR_CAPACITY: usize = 1 << 14;
+const INJECTOR_CAPACITY: usize = if cfg!(depengine_loom) { 4 } else { 1 << 14 };
 
 /// `x % n` (`n > 0`) with no division when `x < 2n`, the callers' usual
 /// case: a `div` costs tens of cycles, and the push path and the stealing
@@ -260,6 +261,20 @@ impl Shared {
         self.publisher_cpu.store(cpu, Ordering::Relaxed);
     }
 
+    /// Puts `op` on the deque of the worker `local` (a nested push from a
+    /// running body, `in_body`, or an operation released past a full
+    /// successor slot), where other workers may steal it. Wakes one only
+    /// when the deque already held work or the push comes from a body,
+    /// which may run long; otherwise the worker takes `op` itself next.
+    #[inline]
+    fn push_to_own_deque(&self, local: &Local, op: u32, in_body: bool) {
+        let had_work = !local.deque.is_empty();
+        local.deque.push(op);
+        if had_work || in_body {
+            self.wake_one();
+        }
+    }
+
     /// Wakes a parked worker unless one is spinning, counting it.
     #[inline]
     fn wake_one(&self) {
@@ -366,51 +381,73 @@ impl Shared {
         self.steal(me, node, false)
     }
 
+    /// The spinning worker's look for work (the caller has started
+    /// spinning): `Some(true)` when it found work (or napped and should
+    /// look again), `Some(false)` when the executor stops during a nap,
+    /// `None` when it found nothing and should park.
+    #[inline(always)]
+    fn spin(&self) -> Option<bool> {
+        // An operation that sits alone in an injector, marked by the
+        // thread that pushed it as one it is about to wait for and run
+        // itself (`help`), is left alone for `WAITER_GRACE` first, so
+        // that such a round trip stays on one core.
+        let spun = self.sleep.spin_with_grace(
+            self.spin,
+            || self.has_urgent_work(),
+            || self.injected(),
+            || self.injected_only_for_waiters(),
+        );
+        if spun == Spun::LeftToWaiters {
+            // A thread is running its own round trips. A spinner pinned
+            // to another core would only pull the injector's lines away
+            // from it each round, and one pinned to the same core would
+            // take turns with it for that core: stay off both, counted
+            // as spinning, until other work comes (`Sleep::nap`).
+            return Some(self.sleep.nap_after_leaving(|| self.has_work_to_take(), &self.stop));
+        }
+        self.sleep.stop_spinning();
+        if spun != Spun::Found {
+            return None;
+        }
+        // Publishers skip the wake-up while a worker spins, so the
+        // spinner may be the only one told about several operations: it
+        // hands the watch on to a sleeper (as tokio's last searching
+        // worker does) before taking one, when there is more than that
+        // one. (A publish after `stop_spinning` sees no spinner and wakes
+        // a sleeper itself.)
+        if self.has_more_than_one() {
+            self.wake_one();
+        }
+        Some(true)
+    }
+
     /// A worker found nothing: spins (if no other worker is spinning),
     /// then parks until work is published. Returns `false` when stopping.
     fn idle(&self) -> bool {
         if self.sleep.try_start_spinning() {
-            // An operation that sits alone in an injector, marked by the
-            // thread that pushed it as one it is about to wait for and run
-            // itself (`help`), is left alone for `WAITER_GRACE` first, so
-            // that such a round trip stays on one core.
-            let spun = self.sleep.spin_with_grace(
-                self.spin,
-                || self.has_urgent_work(),
-                || self.injected(),
-                || self.injected_only_for_waiters(),
-            );
-            if spun == Spun::LeftToWaiters {
-                // A thread is running its own round trips. A spinner pinned
-                // to another core would only pull the injector's lines away
-                // from it each round, and one pinned to the same core would
-                // take turns with it for that core: stay off both, counted
-                // as spinning, until other work comes (`Sleep::nap`).
-                return self.sleep.nap_after_leaving(|| self.has_work_to_take(), &self.stop);
-            }
-            self.sleep.stop_spinning();
-            if spun == Spun::Found {
-                // Publishers skip the wake-up while a worker spins, so the
-                // spinner may be the only one told about several
-                // operations: it hands the watch on to a sleeper (as tokio's
-                // last searching worker does) before taking one, when there
-                // is more than that one. (A publish after `stop_spinning`
-                // sees no spinner and wakes a sleeper itself.)
-                if self.has_more_than_one() {
-                    self.wake_one();
-                }
-                return true;
+            if let Some(working) = self.spin() {
+                return working;
             }
         }
+        self.park()
+    }
+
+    /// A worker that found nothing and is not spinning parks until work is
+    /// published. Returns `false` when stopping.
+    #[inline(always)]
+    fn park(&self) -> bool {
         if self.stop.load(Ordering::Acquire) {
             return false;
         }
-        if self.counters.park(&self.sleep, || self.has_work() || self.stop.load(Ordering::SeqCst)) {
-            // Producers skipped their wake-ups while ours was in flight:
-            // pass one on if more is queued than this worker will take.
-            if self.has_more_than_one() {
-                self.wake_one();
-            }
+        // Slept or not, pass a wake-up on if more is queued than this
+        // worker will take: producers skip theirs while ours is in flight
+        // (it slept) or while a worker spins, and a spinner's last look may
+        // come just before a publish that relies on it and so find nothing
+        // (it then finds the work here instead of sleeping). Found by a
+        // loom model (`known_race_a_spinner_that_finds_more_than_it_takes…`).
+        self.counters.park(&self.sleep, || self.has_work() || self.stop.load(Ordering::SeqCst));
+        if self.has_more_than_one() {
+            self.wake_one();
         }
         true
     }
@@ -500,11 +537,7 @@ impl Executor for PerDeviceExecutor {
             Some(local) if local.deque.len() < LOCAL_CAPACITY => {
                 let in_body = crate::core::CURRENT_OP.with(|c| std::ptr::eq(c.get().0, core));
                 if in_body || local.next.get() != NIL {
-                    let had_work = !local.deque.is_empty();
-                    local.deque.push(op);
-                    if had_work || in_body {
-                        shared.wake_one();
-                    }
+                    shared.push_to_own_deque(local, op, in_body);
                     return;
                 }
                 // Released by a completion: this worker runs it next,
@@ -592,5 +625,186 @@ impl Executor for PerDeviceExecutor {
     fn add_stats(&self, s: &mut EngineStats) {
         self.shared.counters.add_into(s);
         s.stolen += self.shared.stolen.load(std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Loom models of the per_device workers' hand-offs (`--cfg
+/// depengine_loom`; see `loom_tests/README.md`): finding work, spinning,
+/// parking and waking around the injector and the deques (their loom twin,
+/// `deque.rs`), as `Shared::work` runs them. An operation's body is a
+/// closure here; one that blocks until another operation has been taken
+/// stands for a body that waits on another operation, which only another
+/// worker can then run: a wake-up the executor forgets leaves every thread
+/// blocked, which loom reports as a deadlock.
+#[cfg(all(test, depengine_loom))]
+mod loom_models {
+    use super::*;
+    use crate::topology::{Cpu, TopologySource};
+
+    /// Two unpinned workers on one node that park without spinning.
+    fn two_workers() -> (Arc<Shared>, Vec<Worker<u32>>) {
+        let cpus = (0..2).map(|os_index| Cpu { os_index, node: 0 }).collect();
+        let topology = Topology { cpus, nodes: 1, source: TopologySource::Unknown };
+        let executor = PerDeviceExecutor::new(topology, 2, 0, false, Duration::ZERO);
+        let deques = std::mem::take(&mut *executor.deques.lock().unwrap());
+        (executor.shared.clone(), deques)
+    }
+
+    /// How often each operation was taken. Its own mutex and condition
+    /// variable, not a futex: the loom futex is one model-wide condition
+    /// variable (`sync.rs`), whose every wake-up would also wake a parked
+    /// worker and so hide a wake-up the executor forgot.
+    struct Taken {
+        counts: loom::sync::Mutex<Vec<u32>>,
+        changed: loom::sync::Condvar,
+    }
+
+    impl Taken {
+        fn new(ops: usize) -> Self {
+            Taken { counts: loom::sync::Mutex::new(vec![0; ops]), changed: loom::sync::Condvar::new() }
+        }
+
+        fn take(&self, op: u32) {
+            self.counts.lock().unwrap()[op as usize] += 1;
+            self.changed.notify_all();
+        }
+
+        /// Blocks until `done` holds of the counts.
+        fn wait_until(&self, done: impl Fn(&[u32]) -> bool) {
+            let mut counts = self.counts.lock().unwrap();
+            while !done(&counts) {
+                counts = self.changed.wait(counts).unwrap();
+            }
+        }
+
+        fn counts(&self) -> Vec<u32> {
+            self.counts.lock().unwrap().clone()
+        }
+    }
+
+    /// A worker's loop (`Shared::work`, with `body` for `Core::run`)
+    /// until the executor stops.
+    fn work(shared: &Shared, local: &Local, taken: &Taken, body: fn(&Shared, &Local, &Taken, u32)) {
+        loop {
+            if let Some(op) = shared.find_work(0, Some(local)) {
+                taken.take(op);
+                body(shared, local, taken, op);
+            } else if !shared.idle() {
+                break;
+            }
+        }
+    }
+
+    /// Runs `first` as worker 0 (which may go on with the worker loop
+    /// itself) and the worker loop as worker 1, with `body` for the
+    /// operations they take and `publish` on this thread; then waits until
+    /// each of the `ops` operations was taken, stops the workers and checks
+    /// that each was taken once. If `spinner_and_sleeper`, worker 0 holds
+    /// a spinner's place (`Sleep::try_start_spinning`; `first` must give it
+    /// back, as `Shared::spin` does) and starts only once worker 1 has
+    /// announced itself parked: the state in which publishers rely on the
+    /// spinner and wake nobody.
+    fn model(
+        ops: u32,
+        spinner_and_sleeper: bool,
+        first: fn(&Shared, &Local, &Taken),
+        body: fn(&Shared, &Local, &Taken, u32),
+        publish: fn(&Shared),
+    ) {
+        loom::model(move || {
+            let (shared, deques) = two_workers();
+            if spinner_and_sleeper {
+                assert!(shared.sleep.try_start_spinning(), "no worker spins yet");
+            }
+            let taken = loom::sync::Arc::new(Taken::new(ops as usize));
+            let spawn = |id: usize, deque: Worker<u32>| {
+                let (shared, taken) = (shared.clone(), taken.clone());
+                loom::thread::spawn(move || {
+                    let local = Local { shared: &*shared, id, next: Cell::new(NIL), deque, shed: Cell::new(false) };
+                    if id == 0 {
+                        first(&shared, &local, &taken);
+                    } else {
+                        work(&shared, &local, &taken, body);
+                    }
+                })
+            };
+            let mut deques = deques.into_iter();
+            let (deque_0, deque_1) = (deques.next().unwrap(), deques.next().unwrap());
+            let worker_1 = spawn(1, deque_1);
+            if spinner_and_sleeper {
+                while shared.sleep.sleepers() == 0 {
+                    loom::thread::yield_now();
+                }
+            }
+            let worker_0 = spawn(0, deque_0);
+            publish(&shared);
+            taken.wait_until(|counts| counts.iter().all(|&c| c > 0));
+            shared.stop.store(true, Ordering::SeqCst);
+            shared.sleep.notify_all();
+            worker_0.join().unwrap();
+            worker_1.join().unwrap();
+            assert_eq!(taken.counts(), vec![1; ops as usize], "each operation taken once");
+        });
+    }
+
+    /// What a pusher's `schedule` does with a ready operation.
+    fn inject(shared: &Shared, op: u32) {
+        push_and_wake(&shared.injectors[0], op, |for_waiter| shared.counters.wake_one(&shared.sleep, for_waiter))
+            .expect("the injector has room");
+    }
+
+    /// **A known race (`docs/worker-sleep.md`, item 6): this model
+    /// deadlocks** (run it by hand, `loom_tests/README.md`, "Known races";
+    /// `run.sh` skips it).
+    /// Two operations pushed from outside while worker 0 spins and worker
+    /// 1 has parked (or is parking); the first operation's body waits
+    /// until the second has been taken. Publishers skip the wake-up while a
+    /// worker spins, so a spinner that finds more work than it takes must
+    /// hand the watch on to a sleeper. It looks for more with plain loads
+    /// after `stop_spinning`, outside the waking handshake (no heavy
+    /// barrier), so it may miss the second publish while that publisher
+    /// already saw it spinning: worker 1 sleeps through the second
+    /// operation while worker 0 waits for it.
+    #[test]
+    #[ignore = "a known race (loom_tests/README.md, Known races): deadlocks"]
+    fn known_race_a_spinner_that_finds_more_than_it_takes_wakes_a_sleeper() {
+        model(
+            2,
+            true,
+            |shared, local, taken| {
+                if shared.spin().unwrap_or_else(|| shared.park()) {
+                    work(shared, local, taken, blocks_until_1_taken);
+                }
+            },
+            blocks_until_1_taken,
+            |shared| (0..2).for_each(|op| inject(shared, op)),
+        );
+    }
+
+    /// The body of operation 0 in the models above: it waits until
+    /// operation 1 has been taken (as a body waiting on another operation).
+    fn blocks_until_1_taken(_: &Shared, _: &Local, taken: &Taken, op: u32) {
+        if op == 0 {
+            taken.wait_until(|counts| counts[1] > 0);
+        }
+    }
+
+    /// Worker 0 runs a body that pushes an operation (a nested push: onto
+    /// its own deque) and then waits until it has been taken, which only
+    /// worker 1 can do, by stealing it, whether it is starting, spinning
+    /// or parked.
+    #[test]
+    fn a_nested_push_is_stolen_while_its_body_waits() {
+        model(
+            2,
+            false,
+            |shared, local, taken| {
+                taken.take(0);
+                shared.push_to_own_deque(local, 1, true);
+                taken.wait_until(|counts| counts[1] > 0);
+            },
+            |_, _, _, _| {},
+            |_| {},
+        );
     }
 }

@@ -194,12 +194,14 @@ impl WorkerPool {
         if self.stop.load(Ordering::Acquire) {
             return false;
         }
-        if self.counters.park(&self.sleep, || !self.ring.is_empty() || self.stop.load(Ordering::SeqCst)) {
-            // Producers skipped their wake-ups while ours was in flight:
-            // if more is queued than this worker will take, pass one on.
-            if self.ring.len() > 1 {
-                self.wake_one();
-            }
+        // Slept or not, pass a wake-up on if more is queued than this
+        // worker will take: producers skip theirs while ours is in flight
+        // or while a worker spins, and a spinner's last look may come just
+        // before a publish that relies on it (per_device's `Shared::park`
+        // and its loom model).
+        self.counters.park(&self.sleep, || !self.ring.is_empty() || self.stop.load(Ordering::SeqCst));
+        if self.ring.len() > 1 {
+            self.wake_one();
         }
         true
     }

@@ -414,7 +414,9 @@ impl Shared {
         // hands the watch on to a sleeper (as tokio's last searching
         // worker does) before taking one, when there is more than that
         // one. (A publish after `stop_spinning` sees no spinner and wakes
-        // a sleeper itself.)
+        // a sleeper itself. One whose store is still in its publisher's
+        // store buffer may be missed by both: `docs/worker-sleep.md`,
+        // item 6, and the loom model `known_race_…` below.)
         if self.has_more_than_one() {
             self.wake_one();
         }

@@ -262,13 +262,11 @@ impl ExecutorCounters {
     }
 
     /// Parks on `sleep` unless `has_work` (`Sleep::park`), counting the
-    /// times the worker actually slept; returns whether it did.
-    pub(crate) fn park(&self, sleep: &Sleep, has_work: impl Fn() -> bool) -> bool {
-        let slept = sleep.park(has_work);
-        if slept {
+    /// times the worker actually slept.
+    pub(crate) fn park(&self, sleep: &Sleep, has_work: impl Fn() -> bool) {
+        if sleep.park(has_work) {
             self.parks.fetch_add(1, Relaxed);
         }
-        slept
     }
 
     pub(crate) fn add_into(&self, s: &mut EngineStats) {

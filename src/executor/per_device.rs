@@ -643,7 +643,8 @@ mod loom_models {
     use super::*;
     use crate::topology::{Cpu, TopologySource};
 
-    /// Two unpinned workers on one node that park without spinning.
+    /// Two unpinned workers on one node whose spin is a single look
+    /// (`Duration::ZERO`) before they park.
     fn two_workers() -> (Arc<Shared>, Vec<Worker<u32>>) {
         let cpus = (0..2).map(|os_index| Cpu { os_index, node: 0 }).collect();
         let topology = Topology { cpus, nodes: 1, source: TopologySource::Unknown };
@@ -783,7 +784,7 @@ mod loom_models {
         );
     }
 
-    /// The body of operation 0 in the models above: it waits until
+    /// The body of operation 0 in the known-race model: it waits until
     /// operation 1 has been taken (as a body waiting on another operation).
     fn blocks_until_1_taken(_: &Shared, _: &Local, taken: &Taken, op: u32) {
         if op == 0 {

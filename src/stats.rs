@@ -269,6 +269,26 @@ impl ExecutorCounters {
         }
     }
 
+    /// A CPU worker's park ([`park`](Self::park)); then, slept or not, it
+    /// passes a wake-up on if `more_than_one` says more is queued than
+    /// this worker will take. Producers skip theirs while one is in flight
+    /// (this worker slept) or while a worker spins, and a spinner's last
+    /// look may come just before a publish that relies on it and so find
+    /// nothing: it then finds the work at the re-check here instead of
+    /// sleeping (`docs/worker-sleep.md`, item 6; found by the loom model
+    /// `per_device::known_race_a_spinner_that_finds_more_than_it_takes…`).
+    pub(crate) fn park_and_hand_on(
+        &self,
+        sleep: &Sleep,
+        has_work: impl Fn() -> bool,
+        more_than_one: impl FnOnce() -> bool,
+    ) {
+        self.park(sleep, has_work);
+        if more_than_one() {
+            self.wake_one(sleep, false);
+        }
+    }
+
     pub(crate) fn add_into(&self, s: &mut EngineStats) {
         s.parks += self.parks.load(Relaxed);
         s.wakeups += self.wakeups.load(Relaxed);

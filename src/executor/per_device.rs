@@ -275,6 +275,14 @@ impl Shared {
         }
     }
 
+    /// A publish from outside the workers: pushes `op` to `node`'s
+    /// injector and wakes a worker if the protocol asks for one
+    /// ([`push_and_wake`]); hands `op` back when the injector is full.
+    #[inline(always)]
+    fn inject(&self, node: usize, op: u32) -> Result<(), u32> {
+        push_and_wake(&self.injectors[node], op, |for_waiter| self.counters.wake_one(&self.sleep, for_waiter))
+    }
+
     /// Wakes a parked worker unless one is spinning, counting it.
     #[inline]
     fn wake_one(&self) {
@@ -441,16 +449,11 @@ impl Shared {
         if self.stop.load(Ordering::Acquire) {
             return false;
         }
-        // Slept or not, pass a wake-up on if more is queued than this
-        // worker will take: producers skip theirs while ours is in flight
-        // (it slept) or while a worker spins, and a spinner's last look may
-        // come just before a publish that relies on it and so find nothing
-        // (it then finds the work here instead of sleeping). Found by a
-        // loom model (`known_race_a_spinner_that_finds_more_than_it_takes…`).
-        self.counters.park(&self.sleep, || self.has_work() || self.stop.load(Ordering::SeqCst));
-        if self.has_more_than_one() {
-            self.wake_one();
-        }
+        self.counters.park_and_hand_on(
+            &self.sleep,
+            || self.has_work() || self.stop.load(Ordering::SeqCst),
+            || self.has_more_than_one(),
+        );
         true
     }
 
@@ -565,9 +568,7 @@ impl Executor for PerDeviceExecutor {
                 }
             }
         };
-        if let Err(op) =
-            push_and_wake(&shared.injectors[node], op, |for_waiter| shared.counters.wake_one(&shared.sleep, for_waiter))
-        {
+        if let Err(op) = shared.inject(node, op) {
             run_inline(core, op);
         }
     }
@@ -752,8 +753,7 @@ mod loom_models {
 
     /// What a pusher's `schedule` does with a ready operation.
     fn inject(shared: &Shared, op: u32) {
-        push_and_wake(&shared.injectors[0], op, |for_waiter| shared.counters.wake_one(&shared.sleep, for_waiter))
-            .expect("the injector has room");
+        shared.inject(0, op).expect("the injector has room");
     }
 
     /// **A known race (`docs/worker-sleep.md`, item 6): this model

@@ -194,15 +194,11 @@ impl WorkerPool {
         if self.stop.load(Ordering::Acquire) {
             return false;
         }
-        // Slept or not, pass a wake-up on if more is queued than this
-        // worker will take: producers skip theirs while ours is in flight
-        // or while a worker spins, and a spinner's last look may come just
-        // before a publish that relies on it (per_device's `Shared::park`
-        // and its loom model).
-        self.counters.park(&self.sleep, || !self.ring.is_empty() || self.stop.load(Ordering::SeqCst));
-        if self.ring.len() > 1 {
-            self.wake_one();
-        }
+        self.counters.park_and_hand_on(
+            &self.sleep,
+            || !self.ring.is_empty() || self.stop.load(Ordering::SeqCst),
+            || self.ring.len() > 1,
+        );
         true
     }
 

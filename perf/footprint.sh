@@ -17,7 +17,12 @@
 # accesses are in the trace; per_device's idle workers nap through the
 # loop, so a round trip's figure is the waiting thread's own.
 #
-# Installs valgrind with apt when it is missing (as root). Takes about a
+# Installs valgrind with apt when it is missing (as root).
+#
+# Builds the example with cargo's release profile into $CARGO_TARGET_DIR
+# (default `target`): with the profile's settings overridden
+# (`CARGO_PROFILE_RELEASE_LTO=…`) and a target directory of its own, it
+# counts another build. Takes about a
 # minute per engine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +32,7 @@ if ! command -v valgrind >/dev/null; then
     apt-get update -qq && apt-get install -y -qq valgrind >/dev/null
 fi
 cargo build --release -q --example footprint
-bin=target/release/examples/footprint
+bin=${CARGO_TARGET_DIR:-target}/release/examples/footprint
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 for engine in "${engines[@]}"; do

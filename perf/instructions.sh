@@ -13,9 +13,11 @@
 # It runs the `naive` engine, where push, dispatch, run and complete all
 # happen on the pushing thread, so the count covers every step of an
 # operation's life and nothing else varies between runs (no threads, no
-# spinning). The figure is the harness's `push_all` (inclusive) divided by
-# the operations it pushed: warm-up plus one timed repetition of N (default
-# 100,000); about 80 instructions of it are the harness building each push.
+# spinning). The figure is the harness's `measure_row` (inclusive: the
+# row's engine, its variables and `push_all`, which the release profile's
+# LTO inlines into it) divided by the operations it pushed: warm-up plus
+# one timed repetition of N (default 100,000); about 80 instructions of it
+# are the harness building each push, 2 the row's set-up.
 # The threaded engines run the same push/run/complete code plus their
 # executor's hand-offs, which callgrind cannot time.
 #
@@ -33,7 +35,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N="${N:-100000}"
-FUNC="${FUNC:-depengine_perf::workloads::Workload::push_all}"
+FUNC="${FUNC:-depengine_perf::measure_row}"
 if ! command -v valgrind >/dev/null; then
     if [[ $(id -u) -ne 0 ]]; then
         echo "perf/instructions.sh: needs valgrind (apt-get install valgrind, as root)" >&2
@@ -57,7 +59,9 @@ if [[ "${WORKER:-0}" == 1 ]]; then
         ran=${stats//[^0-9]/}
         worker=""
         for f in "$out/$one"-*; do
-            if callgrind_annotate --inclusive=yes "$f" 2>/dev/null | grep "per_device::Shared::work" >/dev/null; then worker=$f; fi
+            # The worker's thread: its loop, or (LTO inlines the loop) its
+            # thread entry, in per_device.rs.
+            if callgrind_annotate --inclusive=yes "$f" 2>/dev/null | grep -E "per_device::Shared::work|per_device.rs:std::sys::backtrace::__rust_begin_short_backtrace" >/dev/null; then worker=$f; fi
         done
         if [[ -z "$worker" || -z "$ran" || "$ran" == 0 ]]; then
             echo "perf/instructions.sh: the worker ran nothing for $one" >&2

@@ -17,13 +17,13 @@
 # accesses are in the trace; per_device's idle workers nap through the
 # loop, so a round trip's figure is the waiting thread's own.
 #
-# Installs valgrind with apt when it is missing (as root).
+# Installs valgrind with apt when it is missing (as root). Takes about a
+# minute per engine.
 #
 # Builds the example with cargo's release profile into $CARGO_TARGET_DIR
 # (default `target`): with the profile's settings overridden
 # (`CARGO_PROFILE_RELEASE_LTO=…`) and a target directory of its own, it
-# counts another build. Takes about a
-# minute per engine.
+# counts another build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 engines=("$@")

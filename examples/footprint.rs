@@ -21,12 +21,8 @@ static MARKER: AtomicU64 = AtomicU64::new(0);
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let kind = match args.next().as_deref().unwrap_or("per_device") {
-        "naive" => EngineKind::Naive,
-        "pooled" => EngineKind::Pooled,
-        "per_device" => EngineKind::PerDevice,
-        other => panic!("unknown engine {other:?}: naive, pooled or per_device"),
-    };
+    let kind = EngineKind::parse(&args.next().unwrap_or_else(|| "per_device".into()))
+        .unwrap_or_else(|e| panic!("the engine: {e}"));
     let count = |default: u64, what: &str, arg: Option<String>| {
         arg.map_or(default, |a| a.parse().unwrap_or_else(|_| panic!("{what}: not a count: {a:?}")))
     };

@@ -17,8 +17,8 @@
 # accesses are in the trace; per_device's idle workers nap through the
 # loop, so a round trip's figure is the waiting thread's own.
 #
-# Installs valgrind with apt when it is missing (as root). Takes about a
-# minute per engine.
+# Installs valgrind with apt when it is missing (scripts/apt_install.sh).
+# Takes about a minute per engine.
 #
 # Builds the example with cargo's release profile into $CARGO_TARGET_DIR
 # (default `target`): with the profile's settings overridden
@@ -28,9 +28,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 engines=("$@")
 [[ ${#engines[@]} -gt 0 ]] || engines=(per_device naive)
-if ! command -v valgrind >/dev/null; then
-    apt-get update -qq && apt-get install -y -qq valgrind >/dev/null
-fi
+command -v valgrind >/dev/null || scripts/apt_install.sh valgrind
 cargo build --release -q --example footprint
 bin=${CARGO_TARGET_DIR:-target}/release/examples/footprint
 out=$(mktemp -d)

@@ -31,18 +31,12 @@
 # the worker's spinning is counted too, so this figure moves by a few
 # instructions between runs; compare builds at more than that.
 #
-# Installs valgrind with apt when it is missing (as root).
+# Installs valgrind with apt when it is missing (scripts/apt_install.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N="${N:-100000}"
 FUNC="${FUNC:-depengine_perf::measure_row}"
-if ! command -v valgrind >/dev/null; then
-    if [[ $(id -u) -ne 0 ]]; then
-        echo "perf/instructions.sh: needs valgrind (apt-get install valgrind, as root)" >&2
-        exit 1
-    fi
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null
-fi
+command -v valgrind >/dev/null || scripts/apt_install.sh valgrind
 if [[ -z "${BIN:-}" ]]; then
     scripts/setup.sh
     cargo build --release -q -p depengine-perf

@@ -8,15 +8,4 @@ set -euo pipefail
 if pkg-config --exists hwloc 2>/dev/null && pkg-config --exists libudev 2>/dev/null; then
     exit 0
 fi
-packages=(pkg-config libhwloc-dev libudev-dev)
-if [[ $(id -u) -eq 0 ]]; then
-    sudo=()
-elif command -v sudo >/dev/null; then
-    sudo=(sudo)
-else
-    echo "scripts/setup.sh: need root (or sudo) to install ${packages[*]}" >&2
-    exit 1
-fi
-echo "scripts/setup.sh: installing ${packages[*]}" >&2
-"${sudo[@]}" apt-get update -qq
-DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${packages[@]}" >/dev/null
+"$(dirname "$0")/apt_install.sh" pkg-config libhwloc-dev libudev-dev

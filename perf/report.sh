@@ -4,7 +4,9 @@
 #   perf/report.sh            full run (tens of minutes on 2 cores)
 #   QUICK=1 perf/report.sh    smoke run (N/100, 2 repetitions; do not publish)
 #
-# 1. scripts/setup.sh (hwloc), and the peers' compilers with apt (as root);
+# 1. scripts/setup.sh (hwloc), and the peers' compilers with apt
+#    (scripts/apt_install.sh; without root or sudo the peers that need
+#    them fail to build and are left out);
 # 2. builds the C++ peers of ../shared/peers/cxx where that directory exists
 #    (OpenMP on libgomp and on libomp, oneTBB flow graph, Taskflow, StarPU)
 #    and MXNet's engine from ../shared/peers/mxnet (the mxnet 1.9.1 wheel's
@@ -32,13 +34,14 @@ mkdir -p "$BUILD" perf/reports
 scripts/setup.sh
 peers=()
 if [[ -d "$PEERS_DIR" ]]; then
-    if [[ $(id -u) -eq 0 ]]; then
-        need=()
-        for p in g++ clang libomp-dev libtbb-dev libstarpu-dev pkg-config; do dpkg -s "$p" >/dev/null 2>&1 || need+=("$p"); done
-        if ((${#need[@]})); then
-            echo "== apt-get install ${need[*]}"
-            apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-        fi
+    need=()
+    for p in g++ clang libomp-dev libtbb-dev libstarpu-dev pkg-config; do dpkg -s "$p" >/dev/null 2>&1 || need+=("$p"); done
+    if ((${#need[@]})); then
+        # Status 1: no root or sudo (go on without them); apt failing stops the run.
+        scripts/apt_install.sh --no-install-recommends "${need[@]}" || {
+            rc=$?
+            ((rc == 1)) || exit "$rc"
+        }
     fi
     build() { # name, then the compile command
         local name=$1; shift

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Installs Debian packages with apt, as root or through sudo, for the
 # project's scripts that need a system tool or library (scripts/setup.sh:
-# hwloc; perf/instructions.sh and perf/footprint.sh: valgrind). Fails with
-# a message when neither root nor sudo is available.
+# hwloc; perf/instructions.sh and perf/footprint.sh: valgrind;
+# perf/report.sh: the peers' compilers and libraries). Exits 1 with a
+# message when neither root nor sudo is available, else with apt-get's
+# status. Options for `apt-get install` may come before the packages.
 #
-#   scripts/apt_install.sh PACKAGE…
+#   scripts/apt_install.sh [--no-install-recommends] PACKAGE…
 set -euo pipefail
 (($#)) || { echo "scripts/apt_install.sh: name the packages" >&2; exit 2; }
 if [[ $(id -u) -eq 0 ]]; then

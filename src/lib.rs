@@ -159,7 +159,7 @@ pub use crate::error::{EngineError, OpError, OpOutput};
 pub use crate::inline_fn::INLINE_FN_BYTES;
 pub use crate::operator::Operator;
 pub use crate::opr::INLINE_VARS;
-pub use crate::profile::{NameSummary, Profile, ProfileEvent};
+pub use crate::profile::{LaneSummary, NameSummary, Profile, ProfileEvent};
 pub use crate::stats::{EngineStats, READY_SAMPLE};
 pub use crate::topology::{Cpu, Topology, TopologySource};
 pub use crate::var::Var;

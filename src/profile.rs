@@ -1,6 +1,7 @@
-//! What a profiling session recorded ([`Profile`]), and its two views: a
-//! Chrome trace (JSON, for Perfetto or `chrome://tracing`) and a per-name
-//! summary table.
+//! What a profiling session recorded ([`Profile`]), and its views: a
+//! Chrome trace (JSON, for Perfetto or `chrome://tracing`), a per-name
+//! summary and a per-lane one (how busy each worker was, and how long it
+//! went between bodies), printed together by [`Profile::summary_table`].
 //!
 //! ```
 //! use depengine::Engine;
@@ -14,6 +15,8 @@
 //! let profile = engine.stop_profiling();
 //! assert_eq!(profile.events.len(), 10);
 //! assert_eq!(profile.summary()[0].count, 10);
+//! let ran: u64 = profile.lane_summary().iter().map(|l| l.count).sum();
+//! assert_eq!(ran, 10);
 //! let mut json = Vec::new();
 //! profile.write_chrome_trace(&mut json).unwrap();
 //! print!("{}", profile.summary_table());
@@ -109,6 +112,44 @@ pub struct NameSummary {
     pub queued_p99_ns: u64,
 }
 
+/// One line of [`Profile::lane_summary`]: the bodies one lane ran.
+///
+/// A lane's *busy* time is the union of its bodies' intervals (start to
+/// body end); a *gap* is the time from one body's end to the next body's
+/// start on the lane: the engine's own work in between (completing the
+/// operation, finding the next) plus any time the thread idled or was not
+/// running. A worker busy much less than its peers, or with long gaps, is
+/// waiting for work, for its core, or for the engine. Shared lanes (other
+/// threads) merge the intervals of every thread on them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneSummary {
+    /// The lane's index into [`Profile::lanes`].
+    pub lane: usize,
+    /// Bodies it ran.
+    pub count: u64,
+    /// From its first body's start to its last body's end (its own span:
+    /// a lane whose ring overflowed starts later).
+    pub span_ns: u64,
+    /// The union of its bodies' intervals.
+    pub busy_ns: u64,
+    /// Median gap between two bodies (0 with fewer than two).
+    pub gap_p50_ns: u64,
+    /// 99th-percentile gap.
+    pub gap_p99_ns: u64,
+    /// The longest gap.
+    pub gap_max_ns: u64,
+}
+
+impl LaneSummary {
+    /// `busy_ns` as a share of `span_ns` (0 when the span is empty).
+    pub fn busy_share(&self) -> f64 {
+        if self.span_ns == 0 {
+            return 0.0;
+        }
+        self.busy_ns as f64 / self.span_ns as f64
+    }
+}
+
 /// The `q` quantile of sorted values (nearest rank).
 fn quantile(sorted: &[u64], q: f64) -> u64 {
     let rank = ((sorted.len() as f64 * q).ceil() as usize).clamp(1, sorted.len());
@@ -178,7 +219,52 @@ impl Profile {
         lines
     }
 
-    /// The summary as an aligned text table (times in µs).
+    /// One line per lane that ran a body, in lane order.
+    pub fn lane_summary(&self) -> Vec<LaneSummary> {
+        let mut by_lane: Vec<Vec<(u64, u64)>> = vec![Vec::new(); self.lanes.len()];
+        for e in &self.events {
+            if by_lane.len() <= e.lane {
+                by_lane.resize(e.lane + 1, Vec::new());
+            }
+            by_lane[e.lane].push((e.start_ns, e.body_end_ns.max(e.start_ns)));
+        }
+        by_lane
+            .into_iter()
+            .enumerate()
+            .filter(|(_, bodies)| !bodies.is_empty())
+            .map(|(lane, mut bodies)| {
+                bodies.sort_unstable();
+                let count = bodies.len() as u64;
+                let span_ns = bodies.iter().map(|b| b.1).max().unwrap_or(0) - bodies[0].0;
+                // Merge overlapping intervals (a shared lane's threads),
+                // then measure the merged ones and the gaps between them.
+                let mut merged: Vec<(u64, u64)> = Vec::with_capacity(bodies.len());
+                for (start, end) in bodies {
+                    match merged.last_mut() {
+                        Some(last) if start <= last.1 => last.1 = last.1.max(end),
+                        _ => merged.push((start, end)),
+                    }
+                }
+                let busy_ns = merged.iter().map(|(start, end)| end - start).sum();
+                // Merged intervals are disjoint and in order: every gap is positive.
+                let mut gaps: Vec<u64> = merged.windows(2).map(|w| w[1].0 - w[0].1).collect();
+                gaps.sort_unstable();
+                let gap = |q| if gaps.is_empty() { 0 } else { quantile(&gaps, q) };
+                LaneSummary {
+                    lane,
+                    count,
+                    span_ns,
+                    busy_ns,
+                    gap_p50_ns: gap(0.5),
+                    gap_p99_ns: gap(0.99),
+                    gap_max_ns: gaps.last().copied().unwrap_or(0),
+                }
+            })
+            .collect()
+    }
+
+    /// The per-name summary, then the per-lane one, as aligned text tables
+    /// (times in µs).
     pub fn summary_table(&self) -> String {
         let mut t = format!(
             "{:<24} {:>9} {:>12} {:>10} {:>10} {:>10} {:>12} {:>12}\n",
@@ -200,6 +286,24 @@ impl Profile {
         }
         if self.dropped > 0 {
             let _ = writeln!(t, "({} operations not recorded: a lane's ring was full)", self.dropped);
+        }
+        let _ = writeln!(
+            t,
+            "\n{:<40} {:>9} {:>12} {:>6} {:>10} {:>10} {:>10}",
+            "lane", "bodies", "span µs", "busy", "gap p50", "gap p99", "gap max"
+        );
+        for l in self.lane_summary() {
+            let _ = writeln!(
+                t,
+                "{:<40} {:>9} {:>12} {:>5.1}% {:>10} {:>10} {:>10}",
+                self.lanes.get(l.lane).map_or("?", String::as_str),
+                l.count,
+                us(l.span_ns),
+                100.0 * l.busy_share(),
+                us(l.gap_p50_ns),
+                us(l.gap_p99_ns),
+                us(l.gap_max_ns)
+            );
         }
         t
     }

@@ -1,11 +1,11 @@
 //! The profiler: the Chrome trace is valid JSON with one complete event per
 //! operation on the lane of the thread that ran it, its times respect the
-//! scheduling rule, flow arrows follow the dependencies, and the summary
-//! counts what ran.
+//! scheduling rule, flow arrows follow the dependencies, and the summaries
+//! count what ran, by name and by lane.
 
 mod common;
 
-use depengine::{Engine, EngineKind, Profile, ProfileEvent, PushOpts, Var};
+use depengine::{Context, Engine, EngineKind, FnProperty, LaneSummary, Profile, ProfileEvent, PushOpts, Var};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -158,14 +158,19 @@ fn flow_arrows_follow_what_made_each_operation_ready() {
     }
 }
 
-#[test]
-fn the_summary_counts_each_name() {
+/// The profile of [`mixed_graph`] on a pooled engine.
+fn profiled_mixed_graph() -> Profile {
     let engine = pooled();
     let ran_on = Arc::new(Mutex::new(HashMap::new()));
     engine.start_profiling();
     mixed_graph(&engine, &ran_on);
     engine.wait_all().unwrap();
-    let profile = engine.stop_profiling();
+    engine.stop_profiling()
+}
+
+#[test]
+fn the_summary_counts_each_name() {
+    let profile = profiled_mixed_graph();
     let summary = profile.summary();
     assert_eq!(summary.len(), 2);
     for line in &summary {
@@ -176,6 +181,80 @@ fn the_summary_counts_each_name() {
     }
     let table = profile.summary_table();
     assert!(table.contains("even") && table.contains("odd") && table.contains("queued p99"), "{table}");
+}
+
+/// A synchronous operation on `lane` whose body ran from `start` to `end` (ns).
+fn body(lane: usize, start: u64, end: u64) -> ProfileEvent {
+    ProfileEvent {
+        name: "op",
+        ticket: start,
+        ctx: Context::cpu(),
+        prop: FnProperty::Normal,
+        priority: 0,
+        lane,
+        pushed_ns: 0,
+        ready_ns: start,
+        start_ns: start,
+        body_end_ns: end,
+        end_ns: end,
+        made_ready_by: None,
+        is_async: false,
+        failed: false,
+    }
+}
+
+#[test]
+fn the_lane_summary_measures_busy_time_and_gaps() {
+    // Out of order on purpose: the summary sorts each lane's bodies.
+    let mut events = vec![body(0, 300, 400), body(0, 0, 100), body(0, 150, 250), body(0, 480, 500)];
+    // An asynchronous body: the lane is busy until the body returns, not
+    // until its completion fires.
+    events.push(ProfileEvent { end_ns: 900, is_async: true, ..body(1, 10, 20) });
+    // A shared lane whose threads overlapped: the union counts once.
+    events.extend([body(3, 0, 100), body(3, 50, 150), body(3, 200, 210)]);
+    let lanes = ["worker 0", "worker 1", "worker 2", "other threads 0"].map(String::from).to_vec();
+    let profile = Profile { events, lanes, dropped: 0 };
+    let lane = |lane, count, span_ns, busy_ns, gap_p50_ns, gap_p99_ns, gap_max_ns| LaneSummary {
+        lane,
+        count,
+        span_ns,
+        busy_ns,
+        gap_p50_ns,
+        gap_p99_ns,
+        gap_max_ns,
+    };
+    assert_eq!(
+        profile.lane_summary(),
+        [
+            // Gaps 50, 50 and 80 between four bodies.
+            lane(0, 4, 500, 320, 50, 80, 80),
+            lane(1, 1, 10, 10, 0, 0, 0),
+            // Lane 2 ran nothing and has no line; lane 3 merges to 0–150 and 200–210.
+            lane(3, 3, 210, 160, 50, 50, 50),
+        ]
+    );
+    assert_eq!(profile.lane_summary()[0].busy_share(), 0.64);
+    let table = profile.summary_table();
+    let worker0 = table.lines().find(|l| l.starts_with("worker 0")).expect("a line for worker 0");
+    assert!(worker0.contains("64.0%") && worker0.contains("0.080"), "{table}");
+    assert!(!table.contains("worker 2"), "{table}");
+}
+
+#[test]
+fn the_lane_summary_covers_every_body_that_ran() {
+    let profile = profiled_mixed_graph();
+    let lanes = profile.lane_summary();
+    assert_eq!(lanes.iter().map(|l| l.count).sum::<u64>(), 400);
+    for l in &lanes {
+        let ran = profile.events.iter().filter(|e| e.lane == l.lane).count() as u64;
+        assert_eq!(l.count, ran, "{l:?}");
+        assert!(l.busy_ns <= l.span_ns && l.gap_p50_ns <= l.gap_p99_ns && l.gap_p99_ns <= l.gap_max_ns, "{l:?}");
+    }
+    // Each worker lane is busy at least as long as its bodies ran in all.
+    for l in lanes.iter().filter(|l| l.lane < 2) {
+        let bodies: u64 = profile.events.iter().filter(|e| e.lane == l.lane).map(|e| e.body_end_ns - e.start_ns).sum();
+        assert_eq!(l.busy_ns, bodies, "a worker runs one body at a time: {l:?}");
+    }
 }
 
 #[test]

@@ -25,8 +25,9 @@
 //!   --quick                    N/100 and 2 repetitions (a smoke run)
 //!   --profile DIR              profile each of our engines' rows: a Chrome trace
 //!                              DIR/<engine>-<workload>-w<W>.json and its summary
-//!                              (.summary.txt) per row (keep --n small: each lane
-//!                              keeps its last 32,768 operations)
+//!                              (.summary.txt: by operation name and by lane, how
+//!                              busy each worker was) per row (keep --n small: each
+//!                              lane keeps its last 32,768 operations)
 //!   --stats                    print each engine's counters (depengine::EngineStats)
 //!                              under its row, summed over all repetitions, and
 //!                              each thread's share of a core over the timed

@@ -235,7 +235,6 @@ impl Profile {
             .map(|(lane, mut bodies)| {
                 bodies.sort_unstable();
                 let count = bodies.len() as u64;
-                let span_ns = bodies.iter().map(|b| b.1).max().unwrap_or(0) - bodies[0].0;
                 // Merge overlapping intervals (a shared lane's threads),
                 // then measure the merged ones and the gaps between them.
                 let mut merged: Vec<(u64, u64)> = Vec::with_capacity(bodies.len());
@@ -245,6 +244,8 @@ impl Profile {
                         _ => merged.push((start, end)),
                     }
                 }
+                // The first interval starts the span and the last ends it.
+                let span_ns = merged[merged.len() - 1].1 - merged[0].0;
                 let busy_ns = merged.iter().map(|(start, end)| end - start).sum();
                 // Merged intervals are disjoint and in order: every gap is positive.
                 let mut gaps: Vec<u64> = merged.windows(2).map(|w| w[1].0 - w[0].1).collect();

@@ -250,7 +250,7 @@ fn the_lane_summary_covers_every_body_that_ran() {
         assert_eq!(l.count, ran, "{l:?}");
         assert!(l.busy_ns <= l.span_ns && l.gap_p50_ns <= l.gap_p99_ns && l.gap_p99_ns <= l.gap_max_ns, "{l:?}");
     }
-    // Each worker lane is busy at least as long as its bodies ran in all.
+    // A worker runs one body at a time: its busy time is its bodies' sum.
     for l in lanes.iter().filter(|l| l.lane < 2) {
         let bodies: u64 = profile.events.iter().filter(|e| e.lane == l.lane).map(|e| e.body_end_ns - e.start_ns).sum();
         assert_eq!(l.busy_ns, bodies, "a worker runs one body at a time: {l:?}");

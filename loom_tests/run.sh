@@ -17,7 +17,7 @@
 # (loom replays from there: the failing iteration comes within one interval).
 #
 # Models named known_race_* reproduce a race not fixed yet and fail; both
-# modes skip them (loom_tests/README.md, "Known races").
+# modes skip them (loom_tests/README.md, "Known races": none open now).
 #
 # Set LOOM_LOG=info to see each model's iteration count ("Completed in N iterations").
 set -euo pipefail

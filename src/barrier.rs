@@ -3,7 +3,7 @@
 //!
 //! # The handshakes
 //!
-//! Two places in the engine are Dekker handshakes: each side stores, then
+//! Three places in the engine are Dekker handshakes: each side stores, then
 //! loads what the other side stores, and at least one of them must see the
 //! other's store.
 //!
@@ -11,8 +11,16 @@
 //! |---|---|---|
 //! | the dispatcher (`dispatch.rs`) | a combiner lets go: `busy = 0`, then looks at the submission stack | a pusher that found a combiner at work links its operation, then looks at `busy` |
 //! | waking (`executor/park.rs`) | a producer publishes work, then looks for spinning and parked workers | a worker about to sleep announces itself, then looks for work |
+//! | relying on a worker's count (`executor/park.rs`) | a producer publishes work, sees a spinner or a wake-up in flight, and wakes nobody | a worker stops spinning, or returns from parking, then counts the work it did not take |
 //!
-//! A `SeqCst` fence on each side makes one see the other. On x86 a fence
+//! A `SeqCst` fence on each side makes one see the other. The third is
+//! not asymmetric: its worker side runs whenever a worker finds work
+//! after idling, too often for a system call. Where the publish is a
+//! `SeqCst` read-modify-write that the count reads with `SeqCst` loads
+//! (a ready ring's claim), those order it at no extra cost on x86; a
+//! producer that published with plain stores (a worker's deque) and
+//! relies on the count pays a full fence ([`upgrade_light`]), paired with
+//! one before the count (`docs/worker-sleep.md`, item 6). On x86 a fence
 //! (or any locked instruction) waits until this core's store buffer has
 //! drained, and on the hot side that buffer holds the lines of the
 //! operation just filled, lines the last core to run it still owns: each
@@ -100,6 +108,21 @@ fn light_unless_membarrier() {
     if ensure_chosen() {
         std::sync::atomic::compiler_fence(Ordering::SeqCst);
     } else {
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+}
+
+/// Makes the [`light`] barrier just passed a full `SeqCst` fence where it
+/// was only a compiler fence: for a hot side about to *rely* on a party
+/// whose side of the handshake is a `SeqCst` fence, not [`heavy`] (a
+/// producer that pushed to a worker's deque and leaves the work to a
+/// spinner, or to the worker a wake-up in flight reaches: their count of
+/// the ready work follows a fence, `executor/park.rs`). A no-op where
+/// `light` already is one (no `membarrier`; under loom).
+#[inline(always)]
+pub(crate) fn upgrade_light() {
+    #[cfg(not(depengine_loom))]
+    if KIND.load(Ordering::Relaxed) == MEMBARRIER {
         std::sync::atomic::fence(Ordering::SeqCst);
     }
 }

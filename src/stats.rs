@@ -256,7 +256,19 @@ impl ExecutorCounters {
     /// `for_waiter`: the work is marked as its publisher's own.
     #[inline]
     pub(crate) fn wake_one(&self, sleep: &Sleep, for_waiter: bool) {
-        if sleep.notify_one(for_waiter) {
+        self.count_wake_up(sleep.notify_one(for_waiter));
+    }
+
+    /// [`wake_one`](Self::wake_one) for work published by plain stores (a
+    /// worker's deque: `Sleep::notify_one_after_plain_publish`).
+    #[inline]
+    pub(crate) fn wake_one_after_plain_publish(&self, sleep: &Sleep) {
+        self.count_wake_up(sleep.notify_one_after_plain_publish());
+    }
+
+    #[inline(always)]
+    fn count_wake_up(&self, woke: bool) {
+        if woke {
             self.wakeups.fetch_add(1, Relaxed);
         }
     }
@@ -276,7 +288,7 @@ impl ExecutorCounters {
     /// look may come just before a publish that relies on it and so find
     /// nothing: it then finds the work at the re-check here instead of
     /// sleeping (`docs/worker-sleep.md`, item 6; found by the loom model
-    /// `per_device::known_race_a_spinner_that_finds_more_than_it_takes…`).
+    /// `per_device::a_spinner_that_finds_more_than_it_takes_wakes_a_sleeper`).
     pub(crate) fn park_and_hand_on(
         &self,
         sleep: &Sleep,

@@ -301,7 +301,11 @@ impl Sleep {
         }
     }
 
-    /// **spinning → running / parking**.
+    /// **spinning → running / parking**. A `SeqCst` read-modify-write: a
+    /// producer that relied on this spinner (its `SeqCst` look, in
+    /// [`notify_one`](Self::notify_one), came first) published before it,
+    /// so the caller's count of the work it will not take, which follows,
+    /// sees that publish (`docs/worker-sleep.md`, item 6).
     pub(crate) fn stop_spinning(&self) {
         self.spinning.fetch_sub(1, Ordering::SeqCst);
     }
@@ -336,12 +340,53 @@ impl Sleep {
     /// wakes another if more is left). `for_waiter`: the work was marked
     /// as its publisher's own ([`push_and_wake`]). Returns whether it
     /// issued a wake-up.
+    ///
+    /// For work published by a `SeqCst` read-modify-write of the word that
+    /// a worker's count of ready work reads with `SeqCst` loads (a
+    /// [`ReadyRing`]'s tail, the priority pool's mask): see
+    /// [`notify_one_after_plain_publish`](Self::notify_one_after_plain_publish)
+    /// for anything else.
     #[inline]
     pub(crate) fn notify_one(&self, for_waiter: bool) -> bool {
         // The hot side of the handshake with `park` and `nap`, on every
         // publish: light (`barrier.rs`).
         barrier::light();
-        if self.spinning.load(Ordering::Relaxed) != 0 {
+        self.wake_unless_relying(for_waiter)
+    }
+
+    /// [`notify_one`](Self::notify_one) for work published by plain
+    /// stores (a worker's deque): before it relies on another worker's
+    /// count of ready work, it makes the light barrier a full fence
+    /// (`barrier::upgrade_light`), to pair with the fence before that
+    /// count (item 6 of `docs/worker-sleep.md`).
+    #[inline]
+    pub(crate) fn notify_one_after_plain_publish(&self) -> bool {
+        barrier::light();
+        if self.spinning.load(Ordering::SeqCst) != 0 || self.waking.load(Ordering::SeqCst) != 0 {
+            barrier::upgrade_light();
+            return self.wake_unless_relying(false);
+        }
+        // No spinner and no wake-up in flight at that look: rely on none
+        // that comes later (a spinner that starts now may count before
+        // this publish is visible to it), only on the sleepers' protocol.
+        self.wake_a_sleeper()
+    }
+
+    /// The decision of [`notify_one`](Self::notify_one), once the publish
+    /// is ordered before what follows. Each `return false` relies on
+    /// another worker's count of the ready work: a spinner's after
+    /// `stop_spinning`, or the woken worker's after `park`. The loads that
+    /// decide so are `SeqCst` (plain loads on x86). After a ring's
+    /// `SeqCst` claim, which that count reads with `SeqCst` loads, the
+    /// single `SeqCst` order puts either these loads first (the count then
+    /// sees the claim) or the worker's read-modify-write (these loads then
+    /// see the spinner gone, or the token free, and a sleeper is woken
+    /// here). After a deque push the caller's full fence pairs with the
+    /// fence before per_device's count instead (`docs/worker-sleep.md`,
+    /// item 6).
+    #[inline(always)]
+    fn wake_unless_relying(&self, for_waiter: bool) -> bool {
+        if self.spinning.load(Ordering::SeqCst) != 0 {
             // A napping spinner is woken for work no waiter will run; a
             // waiter's own publish relies on the waiter (`nap`).
             if !for_waiter {
@@ -366,8 +411,19 @@ impl Sleep {
                 return false;
             }
         }
-        if self.sleepers.load(Ordering::Relaxed) > 0
-            && self.waking.load(Ordering::Relaxed) == 0
+        self.wake_a_sleeper()
+    }
+
+    /// Wakes a parked worker unless none is parked or a wake-up is in
+    /// flight. Returning `false` relies on nobody when nobody is parked
+    /// (every worker looks again before it parks, and parking is the heavy
+    /// side of the handshake with the light barrier), else on the wake-up
+    /// in flight: its worker clears the token with a swap (which reads
+    /// this producer's swap if that came later) before it counts.
+    #[inline(always)]
+    fn wake_a_sleeper(&self) -> bool {
+        if self.sleepers.load(Ordering::SeqCst) > 0
+            && self.waking.load(Ordering::SeqCst) == 0
             && self.waking.swap(1, Ordering::SeqCst) == 0
         {
             self.epoch.fetch_add(1, Ordering::Release);
@@ -377,11 +433,13 @@ impl Sleep {
         false
     }
 
-    /// Clears the wake-up token (see `notify_one`).
+    /// Clears the wake-up token (see `notify_one`). A swap, not a store:
+    /// it reads the token as the last producer to take it left it, so
+    /// that producer's publish is visible to this worker's next look.
     #[inline]
     fn end_wake_up(&self) {
         if self.waking.load(Ordering::SeqCst) != 0 {
-            self.waking.store(0, Ordering::SeqCst);
+            self.waking.swap(0, Ordering::SeqCst);
         }
     }
 

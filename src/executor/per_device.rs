@@ -81,7 +81,7 @@ use crate::context::{Context, FnProperty};
 use crate::core::Core;
 use crate::pool::NIL;
 use crate::stats::{EngineStats, ExecutorCounters, READY_SAMPLE};
-use crate::sync::{AtomicBool, Ordering};
+use crate::sync::{fence, AtomicBool, Ordering};
 use crate::topology::{current_cpu, Topology};
 use crossbeam_utils::CachePadded;
 use std::cell::Cell;
@@ -271,7 +271,9 @@ impl Shared {
         let had_work = !local.deque.is_empty();
         local.deque.push(op);
         if had_work || in_body {
-            self.wake_one();
+            // A deque push is plain stores: no `SeqCst` read-modify-write
+            // that a spinner's count would order against.
+            self.counters.wake_one_after_plain_publish(&self.sleep);
         }
     }
 
@@ -321,6 +323,12 @@ impl Shared {
     /// about to take: then another worker should be woken for the rest. (A
     /// possibly non-empty priority pool counts as more.)
     fn has_more_than_one(&self) -> bool {
+        // The other side of the fence a producer pays before it relies on
+        // this count after a deque push (`Sleep::notify_one_after_plain_publish`):
+        // the deques' lengths are not read with `SeqCst` loads, unlike the
+        // injectors' and the priority pool's (`docs/worker-sleep.md`,
+        // item 6).
+        fence(Ordering::SeqCst);
         if self.priority.may_have_work() {
             return true;
         }
@@ -411,7 +419,13 @@ impl Shared {
             // from it each round, and one pinned to the same core would
             // take turns with it for that core: stay off both, counted
             // as spinning, until other work comes (`Sleep::nap`).
-            return Some(self.sleep.nap_after_leaving(|| self.has_work_to_take(), &self.stop));
+            let working = self.sleep.nap_after_leaving(|| self.has_work_to_take(), &self.stop);
+            // Every publish during the nap relied on it, but only the
+            // first woke it: hand the watch on, as below.
+            if working && self.has_more_than_one() {
+                self.wake_one();
+            }
+            return Some(working);
         }
         self.sleep.stop_spinning();
         if spun != Spun::Found {
@@ -422,9 +436,11 @@ impl Shared {
         // hands the watch on to a sleeper (as tokio's last searching
         // worker does) before taking one, when there is more than that
         // one. (A publish after `stop_spinning` sees no spinner and wakes
-        // a sleeper itself. One whose store is still in its publisher's
-        // store buffer may be missed by both: `docs/worker-sleep.md`,
-        // item 6, and the loom model `known_race_…` below.)
+        // a sleeper itself; one that relied on the spinner is seen here,
+        // ordered by an injector's `SeqCst` claim or by a deque push's
+        // fence and the one in `has_more_than_one`: `docs/worker-sleep.md`,
+        // item 6, and the loom model
+        // `a_spinner_that_finds_more_than_it_takes_wakes_a_sleeper`.)
         if self.has_more_than_one() {
             self.wake_one();
         }
@@ -756,21 +772,19 @@ mod loom_models {
         shared.inject(0, op).expect("the injector has room");
     }
 
-    /// **A known race (`docs/worker-sleep.md`, item 6): this model
-    /// deadlocks** (run it by hand, `loom_tests/README.md`, "Known races";
-    /// `run.sh` skips it).
     /// Two operations pushed from outside while worker 0 spins and worker
     /// 1 has parked (or is parking); the first operation's body waits
     /// until the second has been taken. Publishers skip the wake-up while a
     /// worker spins, so a spinner that finds more work than it takes must
-    /// hand the watch on to a sleeper. It looks for more with plain loads
-    /// after `stop_spinning`, outside the waking handshake (no heavy
-    /// barrier), so it may miss the second publish while that publisher
-    /// already saw it spinning: worker 1 sleeps through the second
-    /// operation while worker 0 waits for it.
+    /// hand the watch on to a sleeper. Its count must see every publish
+    /// whose publisher saw it spinning (`docs/worker-sleep.md`, item 6):
+    /// with the ring's claim relaxed and no fence before the count, this
+    /// model deadlocks, the spinner missing the second publish and worker
+    /// 1 sleeping through the second operation while worker 0 waits for
+    /// it.
     #[test]
-    #[ignore = "a known race (loom_tests/README.md, Known races): deadlocks"]
-    fn known_race_a_spinner_that_finds_more_than_it_takes_wakes_a_sleeper() {
+    #[ignore = "heavy: about 30 seconds at LOOM_MAX_PREEMPTIONS=2; loom_tests/run.sh runs it"]
+    fn a_spinner_that_finds_more_than_it_takes_wakes_a_sleeper() {
         model(
             2,
             true,
@@ -784,7 +798,7 @@ mod loom_models {
         );
     }
 
-    /// The body of operation 0 in the known-race model: it waits until
+    /// The body of operation 0 in the hand-on model above: it waits until
     /// operation 1 has been taken (as a body waiting on another operation).
     fn blocks_until_1_taken(_: &Shared, _: &Local, taken: &Taken, op: u32) {
         if op == 0 {

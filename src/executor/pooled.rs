@@ -149,6 +149,19 @@ impl WorkerPool {
         !self.ring.is_empty() && !self.ring.only_marked()
     }
 
+    /// A spinner whose spin left its work to the threads that pushed it
+    /// naps ([`Sleep::nap_after_leaving`]); woken, it hands the watch on
+    /// when more than one operation is ready, as a spinner that found work
+    /// does: every publish during the nap relied on it, but only the
+    /// first woke it. Returns `false` when the pool is stopping.
+    fn nap_then_hand_on(&self) -> bool {
+        let working = self.sleep.nap_after_leaving(|| self.has_work_to_take(), &self.stop);
+        if working && self.ring.len() > 1 {
+            self.wake_one();
+        }
+        working
+    }
+
     fn next_ready(&self) -> Option<u32> {
         let next = NEXT.with(|n| n.replace(NIL));
         if next != NIL {
@@ -179,7 +192,7 @@ impl WorkerPool {
                 // A thread is running its own round trips: stay off the
                 // ring's lines, counted as spinning, until other work
                 // comes (`Sleep::nap`).
-                return self.sleep.nap_after_leaving(|| self.has_work_to_take(), &self.stop);
+                return self.nap_then_hand_on();
             }
             self.sleep.stop_spinning();
             if spun == Spun::Found {
@@ -435,6 +448,79 @@ mod loom_models {
             push_and_wake(&pool.ring, 7, |for_waiter| pool.counters.wake_one(&pool.sleep, for_waiter))
                 .expect("the ring has room");
             napper.join().unwrap();
+        });
+    }
+
+    /// A napping spinner (its spin left work to a waiter; still counted
+    /// as spinning) and a worker that looks, spins and parks, against two
+    /// unmarked publishes; the napper's first operation waits until the
+    /// second is taken. Both publishes rely on the napper (the first
+    /// wakes it), so it must wake the other worker when it wakes to two
+    /// operations (`WorkerPool::nap_then_hand_on`): without that, this
+    /// model deadlocks.
+    #[test]
+    #[ignore = "heavy: about 10 seconds at LOOM_MAX_PREEMPTIONS=2, over 6 minutes at 3; loom_tests/run.sh runs it"]
+    fn a_napper_woken_to_two_operations_wakes_a_sleeper() {
+        loom::model(|| {
+            let pool = Arc::new(WorkerPool::new(2, 0, Duration::ZERO));
+            let taken: Arc<Vec<AtomicU32>> = Arc::new((0..3).map(|_| AtomicU32::new(0)).collect());
+            assert!(pool.sleep.try_start_spinning());
+            let take = |taken: &[AtomicU32], op: u32| {
+                taken[op as usize].fetch_add(1, Ordering::SeqCst);
+                taken[2].fetch_add(1, Ordering::SeqCst);
+                futex_wake_all(&taken[2]);
+                if op == 0 {
+                    // The body of operation 0 waits until 1 is taken.
+                    let mut seen = taken[2].load(Ordering::SeqCst);
+                    while taken[1].load(Ordering::SeqCst) == 0 {
+                        futex_wait(&taken[2], seen);
+                        seen = taken[2].load(Ordering::SeqCst);
+                    }
+                }
+            };
+            // The worker loop.
+            let work = move |pool: &WorkerPool, taken: &[AtomicU32]| {
+                let mut missed = 0;
+                loop {
+                    if let Some(op) = pool.next_ready() {
+                        take(taken, op);
+                    } else if !pool.idle(&mut missed) {
+                        break;
+                    }
+                }
+            };
+            // The other worker first, parked before the napper starts and
+            // the operations are published: the state in which both
+            // publishes rely on the napper.
+            let other = {
+                let (pool, taken) = (pool.clone(), taken.clone());
+                loom::thread::spawn(move || work(&pool, &taken))
+            };
+            while pool.sleep.sleepers() == 0 {
+                loom::thread::yield_now();
+            }
+            let napper = {
+                let (pool, taken) = (pool.clone(), taken.clone());
+                loom::thread::spawn(move || {
+                    if pool.nap_then_hand_on() {
+                        work(&pool, &taken);
+                    }
+                })
+            };
+            for op in 0..2 {
+                push_and_wake(&pool.ring, op, |for_waiter| pool.counters.wake_one(&pool.sleep, for_waiter))
+                    .expect("the ring has room");
+            }
+            let mut seen = taken[2].load(Ordering::SeqCst);
+            while seen < 2 {
+                futex_wait(&taken[2], seen);
+                seen = taken[2].load(Ordering::SeqCst);
+            }
+            pool.stop.store(true, Ordering::SeqCst);
+            pool.sleep.notify_all();
+            napper.join().unwrap();
+            other.join().unwrap();
+            assert_eq!(taken[0].load(Ordering::SeqCst) + taken[1].load(Ordering::SeqCst), 2);
         });
     }
 

@@ -59,7 +59,12 @@ impl ReadyRing {
             let seq = cell.seq.load(Ordering::Acquire);
             let diff = seq as isize - pos as isize;
             if diff == 0 {
-                match self.tail.compare_exchange_weak(pos, pos + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                // `SeqCst` on success (the same locked instruction on
+                // x86): a spinner that stops and counts the ready work
+                // ([`len`](Self::len), `SeqCst` loads) after a fence sees
+                // this claim, or the publisher's `SeqCst` look for
+                // spinners sees it gone (`Sleep::notify_one`).
+                match self.tail.compare_exchange_weak(pos, pos + 1, Ordering::SeqCst, Ordering::Relaxed) {
                     Ok(_) => {
                         cell.value.store(op, Ordering::Relaxed);
                         cell.marked.store(marked, Ordering::Relaxed);

@@ -22,6 +22,7 @@
 
 use crate::engine::PoolStats;
 use crate::executor::park::Sleep;
+use crate::sync::AtomicBool;
 use crate::thread_slot;
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -296,6 +297,33 @@ impl ExecutorCounters {
         more_than_one: impl FnOnce() -> bool,
     ) {
         self.park(sleep, has_work);
+        self.hand_on(sleep, more_than_one);
+    }
+
+    /// A spinner's nap after its spin left its work to the threads that
+    /// pushed it ([`Sleep::nap_after_leaving`]); woken, it passes a
+    /// wake-up on as [`park_and_hand_on`](Self::park_and_hand_on) does:
+    /// every publish during the nap relied on it, but only the first woke
+    /// it (loom: `pooled::a_napper_woken_to_two_operations_wakes_a_sleeper`).
+    /// Returns `false` when the pool is stopping.
+    pub(crate) fn nap_and_hand_on(
+        &self,
+        sleep: &Sleep,
+        has_work: impl Fn() -> bool,
+        stop: &AtomicBool,
+        more_than_one: impl FnOnce() -> bool,
+    ) -> bool {
+        let working = sleep.nap_after_leaving(has_work, stop);
+        if working {
+            self.hand_on(sleep, more_than_one);
+        }
+        working
+    }
+
+    /// Wakes another worker if `more_than_one` says more is ready than the
+    /// calling worker will take.
+    #[inline]
+    fn hand_on(&self, sleep: &Sleep, more_than_one: impl FnOnce() -> bool) {
         if more_than_one() {
             self.wake_one(sleep, false);
         }

@@ -419,13 +419,14 @@ impl Shared {
             // from it each round, and one pinned to the same core would
             // take turns with it for that core: stay off both, counted
             // as spinning, until other work comes (`Sleep::nap`).
-            let working = self.sleep.nap_after_leaving(|| self.has_work_to_take(), &self.stop);
-            // Every publish during the nap relied on it, but only the
-            // first woke it: hand the watch on, as below.
-            if working && self.has_more_than_one() {
-                self.wake_one();
-            }
-            return Some(working);
+            // Woken, it hands the watch on as below: every publish during
+            // the nap relied on it, but only the first woke it.
+            return Some(self.counters.nap_and_hand_on(
+                &self.sleep,
+                || self.has_work_to_take(),
+                &self.stop,
+                || self.has_more_than_one(),
+            ));
         }
         self.sleep.stop_spinning();
         if spun != Spun::Found {

@@ -150,16 +150,11 @@ impl WorkerPool {
     }
 
     /// A spinner whose spin left its work to the threads that pushed it
-    /// naps ([`Sleep::nap_after_leaving`]); woken, it hands the watch on
-    /// when more than one operation is ready, as a spinner that found work
-    /// does: every publish during the nap relied on it, but only the
-    /// first woke it. Returns `false` when the pool is stopping.
+    /// naps, then hands the watch on when more than one operation is
+    /// ready (`ExecutorCounters::nap_and_hand_on`). Returns `false` when
+    /// the pool is stopping.
     fn nap_then_hand_on(&self) -> bool {
-        let working = self.sleep.nap_after_leaving(|| self.has_work_to_take(), &self.stop);
-        if working && self.ring.len() > 1 {
-            self.wake_one();
-        }
-        working
+        self.counters.nap_and_hand_on(&self.sleep, || self.has_work_to_take(), &self.stop, || self.ring.len() > 1)
     }
 
     fn next_ready(&self) -> Option<u32> {
@@ -368,6 +363,30 @@ mod loom_models {
     use crate::sync::{futex_wait, futex_wake_all, AtomicU32};
     use loom::sync::Arc;
 
+    /// The worker loop (`WorkerPool::work`'s, with `take` for running an
+    /// operation) until the pool stops.
+    fn work(pool: &WorkerPool, mut take: impl FnMut(u32)) {
+        let mut missed = 0;
+        loop {
+            if let Some(op) = pool.next_ready() {
+                missed = 0;
+                take(op);
+            } else if !pool.idle(&mut missed) {
+                break;
+            }
+        }
+    }
+
+    /// Blocks on the futex word `count` while `blocked()` holds (the
+    /// models bump `count` and wake it whenever an operation is taken).
+    fn wait_while(count: &AtomicU32, blocked: impl Fn() -> bool) {
+        let mut seen = count.load(Ordering::SeqCst);
+        while blocked() {
+            futex_wait(count, seen);
+            seen = count.load(Ordering::SeqCst);
+        }
+    }
+
     /// `workers` workers look for work (one at a time spinning) and park;
     /// the publisher puts `ops` operations on the ring (the first marked
     /// for a waiter, as `schedule` does after a wait) and then blocks
@@ -382,17 +401,11 @@ mod loom_models {
                 .map(|_| {
                     let (pool, taken) = (pool.clone(), taken.clone());
                     loom::thread::spawn(move || {
-                        let mut missed = 0;
-                        loop {
-                            if let Some(op) = pool.next_ready() {
-                                missed = 0;
-                                taken[op as usize].fetch_add(1, Ordering::SeqCst);
-                                taken[ops as usize].fetch_add(1, Ordering::SeqCst);
-                                futex_wake_all(&taken[ops as usize]);
-                            } else if !pool.idle(&mut missed) {
-                                break;
-                            }
-                        }
+                        work(&pool, |op| {
+                            taken[op as usize].fetch_add(1, Ordering::SeqCst);
+                            taken[ops as usize].fetch_add(1, Ordering::SeqCst);
+                            futex_wake_all(&taken[ops as usize]);
+                        })
                     })
                 })
                 .collect();
@@ -406,11 +419,7 @@ mod loom_models {
                     .expect("the ring has room");
             }
             let total = &taken[ops as usize];
-            let mut seen = total.load(Ordering::SeqCst);
-            while seen < ops {
-                futex_wait(total, seen);
-                seen = total.load(Ordering::SeqCst);
-            }
+            wait_while(total, || total.load(Ordering::SeqCst) < ops);
             pool.stop.store(true, Ordering::SeqCst);
             pool.sleep.notify_all();
             threads.into_iter().for_each(|t| t.join().unwrap());
@@ -471,22 +480,7 @@ mod loom_models {
                 futex_wake_all(&taken[2]);
                 if op == 0 {
                     // The body of operation 0 waits until 1 is taken.
-                    let mut seen = taken[2].load(Ordering::SeqCst);
-                    while taken[1].load(Ordering::SeqCst) == 0 {
-                        futex_wait(&taken[2], seen);
-                        seen = taken[2].load(Ordering::SeqCst);
-                    }
-                }
-            };
-            // The worker loop.
-            let work = move |pool: &WorkerPool, taken: &[AtomicU32]| {
-                let mut missed = 0;
-                loop {
-                    if let Some(op) = pool.next_ready() {
-                        take(taken, op);
-                    } else if !pool.idle(&mut missed) {
-                        break;
-                    }
+                    wait_while(&taken[2], || taken[1].load(Ordering::SeqCst) == 0);
                 }
             };
             // The other worker first, parked before the napper starts and
@@ -494,7 +488,7 @@ mod loom_models {
             // publishes rely on the napper.
             let other = {
                 let (pool, taken) = (pool.clone(), taken.clone());
-                loom::thread::spawn(move || work(&pool, &taken))
+                loom::thread::spawn(move || work(&pool, |op| take(&taken, op)))
             };
             while pool.sleep.sleepers() == 0 {
                 loom::thread::yield_now();
@@ -503,7 +497,7 @@ mod loom_models {
                 let (pool, taken) = (pool.clone(), taken.clone());
                 loom::thread::spawn(move || {
                     if pool.nap_then_hand_on() {
-                        work(&pool, &taken);
+                        work(&pool, |op| take(&taken, op));
                     }
                 })
             };
@@ -511,11 +505,7 @@ mod loom_models {
                 push_and_wake(&pool.ring, op, |for_waiter| pool.counters.wake_one(&pool.sleep, for_waiter))
                     .expect("the ring has room");
             }
-            let mut seen = taken[2].load(Ordering::SeqCst);
-            while seen < 2 {
-                futex_wait(&taken[2], seen);
-                seen = taken[2].load(Ordering::SeqCst);
-            }
+            wait_while(&taken[2], || taken[2].load(Ordering::SeqCst) < 2);
             pool.stop.store(true, Ordering::SeqCst);
             pool.sleep.notify_all();
             napper.join().unwrap();

@@ -60,10 +60,11 @@ impl ReadyRing {
             let diff = seq as isize - pos as isize;
             if diff == 0 {
                 // `SeqCst` on success (the same locked instruction on
-                // x86): a spinner that stops and counts the ready work
-                // ([`len`](Self::len), `SeqCst` loads) after a fence sees
-                // this claim, or the publisher's `SeqCst` look for
-                // spinners sees it gone (`Sleep::notify_one`).
+                // x86): a spinner that stops (a `SeqCst` read-modify-write)
+                // and then counts the ready work ([`len`](Self::len),
+                // `SeqCst` loads) sees this claim, or the publisher's
+                // `SeqCst` look for spinners sees it gone
+                // (`Sleep::notify_one`; `docs/worker-sleep.md`, item 6).
                 match self.tail.compare_exchange_weak(pos, pos + 1, Ordering::SeqCst, Ordering::Relaxed) {
                     Ok(_) => {
                         cell.value.store(op, Ordering::Relaxed);

@@ -176,14 +176,16 @@ impl PerDeviceExecutor {
     pub(crate) fn new(topology: Topology, workers: usize, priority_workers: usize, pin: bool, spin: Duration) -> Self {
         let deques: Vec<Worker<u32>> = (0..workers).map(|_| Worker::new_lifo()).collect();
         let cpu = |i: usize| topology.cpus[i % topology.cpus.len()];
+        // Pinned, each worker to a CPU of its own.
+        let own_cpus = pin && workers <= topology.cpus.len();
         let shared = Shared {
             stealers: deques.iter().map(Worker::stealer).collect(),
             node_of: (0..workers).map(|i| cpu(i).node).collect(),
             pinned: (0..workers).map(|i| pin.then(|| cpu(i).os_index)).collect(),
-            sheds: pin && workers > 1 && workers <= topology.cpus.len(),
+            sheds: own_cpus && workers > 1,
             injectors: (0..topology.nodes).map(|_| ReadyRing::new(INJECTOR_CAPACITY)).collect(),
             priority: PriorityPool::default(),
-            sleep: Sleep::new(workers, pin),
+            sleep: Sleep::new(workers, pin).with_own_cpus(own_cpus),
             priority_workers,
             priority_sleep: Sleep::new(priority_workers, false),
             stop: AtomicBool::new(false),

@@ -390,10 +390,11 @@ mod tests {
         let (pool, all) = pool_of(SWEEP_ROUND + 4_096);
         let owner: Vec<StdU32> = all.iter().map(|_| StdU32::new(0)).collect();
         let (to_give, from_sweep) = (std::sync::Mutex::new(all.clone()), std::sync::Mutex::new(Vec::new()));
-        let taken = StdU32::new(0);
+        let (taken, givers_done) = (StdU32::new(0), StdU32::new(0));
         std::thread::scope(|s| {
             for t in 1..=2 {
-                let (pool, owner, to_give, from_sweep) = (&pool, &owner, &to_give, &from_sweep);
+                let (pool, owner, to_give, from_sweep, givers_done) =
+                    (&pool, &owner, &to_give, &from_sweep, &givers_done);
                 s.spawn(move || {
                     let mut batch = SweepBatch::EMPTY;
                     for _ in 0..50_000 {
@@ -405,12 +406,23 @@ mod tests {
                         batch.add(pool, i);
                     }
                     batch.flush(pool);
+                    givers_done.fetch_add(1, Ordering::SeqCst);
                 });
             }
-            let (pool, owner, from_sweep, taken) = (&pool, &owner, &from_sweep, &taken);
+            let (pool, owner, from_sweep, taken, givers_done) = (&pool, &owner, &from_sweep, &taken, &givers_done);
             s.spawn(move || {
                 let mut cache = SweepCache::default();
-                for _ in 0..50_000 {
+                // At least 50,000 takes, and on until both givers are done
+                // and some given-up index came back: on a loaded machine
+                // the givers may not run at all during the first 50,000.
+                // The cap only turns a sweeper that never sees one into a
+                // failure instead of a hang.
+                for n in 0u64.. {
+                    let both_done = givers_done.load(Ordering::SeqCst) == 2;
+                    if n >= 50_000 && both_done && taken.load(Ordering::SeqCst) > 0 {
+                        break;
+                    }
+                    assert!(n < 50_000_000, "the sweeper took no given-up index in 50,000,000 takes");
                     let i = cache.take(pool);
                     if i as usize >= owner.len() {
                         pool.give(i);
@@ -424,7 +436,6 @@ mod tests {
                 cache.give_back(pool);
             });
         });
-        assert!(taken.load(Ordering::SeqCst) > 0, "the sweeper took given-up indices");
     }
 }
 

@@ -418,8 +418,7 @@ mod tests {
                 // The cap only turns a sweeper that never sees one into a
                 // failure instead of a hang.
                 for n in 0u64.. {
-                    let both_done = givers_done.load(Ordering::SeqCst) == 2;
-                    if n >= 50_000 && both_done && taken.load(Ordering::SeqCst) > 0 {
+                    if n >= 50_000 && givers_done.load(Ordering::SeqCst) == 2 && taken.load(Ordering::SeqCst) > 0 {
                         break;
                     }
                     assert!(n < 50_000_000, "the sweeper took no given-up index in 50,000,000 takes");

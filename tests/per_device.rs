@@ -105,6 +105,59 @@ fn idle_workers_steal_from_a_blocked_one() {
     assert!(engine.stats().stolen >= 1, "{}", engine.stats());
 }
 
+/// With more than two workers, what a completion releases past its
+/// successor slot goes to the injector while a worker spins, where the
+/// idle workers take it from one ring: none of it is stolen from the
+/// releasing worker's deque, where it would otherwise wait for thieves.
+/// Three workers first meet inside three operations at once (so every
+/// worker thread runs and then idles, spinning for the rest of the
+/// test); one then holds a write of `v` while eight reads queue behind
+/// it, each long enough for an idle worker to steal the next from a
+/// deque.
+#[test]
+fn a_completions_surplus_goes_to_the_injector_while_a_worker_spins() {
+    let engine = Engine::builder()
+        .kind(EngineKind::PerDevice)
+        .cpu_workers(3)
+        .pin(false)
+        .spin(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let met = Arc::new(AtomicUsize::new(0));
+    for _ in 0..3 {
+        let met = met.clone();
+        let meet = move |_: &depengine::RunContext| {
+            met.fetch_add(1, Ordering::SeqCst);
+            while met.load(Ordering::SeqCst) < 3 {
+                std::hint::spin_loop();
+            }
+        };
+        engine.push_sync(meet, &[], &[]).unwrap();
+    }
+    assert!(eventually(Duration::from_secs(20), || met.load(Ordering::SeqCst) == 3), "the three workers met");
+    let v = engine.new_var();
+    let gate = occupy_a_worker(&engine, &[v]);
+    let reads = Arc::new(AtomicUsize::new(0));
+    for _ in 0..8 {
+        let reads = reads.clone();
+        let read = move |_: &depengine::RunContext| {
+            let until = std::time::Instant::now() + Duration::from_millis(2);
+            while std::time::Instant::now() < until {
+                std::hint::spin_loop();
+            }
+            reads.fetch_add(1, Ordering::SeqCst);
+        };
+        engine.push_sync(read, &[v], &[]).unwrap();
+    }
+    // Time for the two idle workers to be spinning (they spin for two seconds).
+    std::thread::sleep(Duration::from_millis(100));
+    gate.store(true, Ordering::Release);
+    engine.wait_all().unwrap();
+    let stats = engine.stats();
+    assert_eq!(reads.load(Ordering::SeqCst), 8);
+    assert_eq!(stats.stolen, 0, "the released reads went to a deque: {stats}");
+}
+
 #[test]
 fn work_pushed_behind_a_blocked_worker_still_drains() {
     let engine = per_device(2);

@@ -9,10 +9,17 @@
 //! - Made ready on one of this engine's workers by a completion: that
 //!   worker's successor slot if free (run next, and no thief can take it,
 //!   so a dependency chain stays on one core with no cross-core hop), else
-//!   its own deque. One exception: a worker pinned to the CPU the pusher
-//!   was first seen on, while another worker spins, sends the operation to
-//!   the injector instead (`Shared::shed_to_idle`), so that the chain moves
-//!   to the idle core rather than take turns with the pusher for its own.
+//!   its own deque. Two exceptions:
+//!   - A worker pinned to the CPU the pusher was first seen on, while
+//!     another worker spins, sends the operation for the slot to the
+//!     injector instead (`Shared::shed_to_idle`), so that the chain moves
+//!     to the idle core rather than take turns with the pusher for its own.
+//!   - With more than two workers, when a worker spins as a completion
+//!     releases its first operation past the slot, that one and the rest
+//!     it releases go to the node's injector, where the idle workers take
+//!     them from one ring rather than each steal them
+//!     (`Shared::spread_surplus`).
+//!
 //!   A nested push from a running body goes to the deque
 //!   (other workers may steal it while the body runs). Up to
 //!   [`LOCAL_CAPACITY`] wait in the deque; beyond, they go to the node's
@@ -121,6 +128,10 @@ struct Shared {
     /// the workers are pinned, each to a CPU of its own (with more workers
     /// than CPUs, two sharing one would hand chains back and forth).
     sheds: bool,
+    /// More than two workers: what a completion releases past its
+    /// successor slot goes to the injector while a worker spins
+    /// (`spread_surplus`).
+    spreads: bool,
     injectors: Box<[ReadyRing]>,
     priority: PriorityPool,
     sleep: Sleep,
@@ -151,6 +162,34 @@ struct Local {
     /// for a spinner (`Shared::shed_to_idle`): its next look for work
     /// skips the injectors, or it would take the operation straight back.
     shed: Cell<bool>,
+    /// Whether the operations the current completion releases past the
+    /// successor slot go to the injector (`Shared::spread_surplus`), decided
+    /// at the first of them and kept for the rest, so that one burst is not
+    /// split between the two places ([`UNDECIDED`]: not yet).
+    spreading: Cell<u8>,
+}
+
+/// [`Local::spreading`] before a completion's first surplus operation.
+const UNDECIDED: u8 = 2;
+
+impl Local {
+    fn new(shared: &Shared, id: usize, deque: Worker<u32>) -> Self {
+        Local { shared, id, next: Cell::new(NIL), deque, shed: Cell::new(false), spreading: Cell::new(UNDECIDED) }
+    }
+
+    /// Whether this surplus operation goes to the injector: the decision
+    /// [`Local::spreading`] holds, or takes now.
+    #[inline]
+    fn spreads_surplus(&self, shared: &Shared) -> bool {
+        match self.spreading.get() {
+            UNDECIDED => {
+                let spread = shared.spread_surplus();
+                self.spreading.set(spread as u8);
+                spread
+            }
+            spread => spread != 0,
+        }
+    }
 }
 
 crate::sync::thread_local! {
@@ -183,6 +222,7 @@ impl PerDeviceExecutor {
             node_of: (0..workers).map(|i| cpu(i).node).collect(),
             pinned: (0..workers).map(|i| pin.then(|| cpu(i).os_index)).collect(),
             sheds: own_cpus && workers > 1,
+            spreads: workers > 2,
             injectors: (0..topology.nodes).map(|_| ReadyRing::new(INJECTOR_CAPACITY)).collect(),
             priority: PriorityPool::default(),
             sleep: Sleep::new(workers, pin).with_own_cpus(own_cpus),
@@ -240,6 +280,22 @@ impl Shared {
     fn shed_to_idle(&self, id: usize) -> bool {
         let (true, Some(cpu)) = (self.sheds, self.pinned[id]) else { return false };
         self.publisher_cpu.load(Ordering::Relaxed) == cpu as u32 && self.sleep.anyone_spinning()
+    }
+
+    /// Whether the operations a completion releases past the successor
+    /// slot go to the injector rather than the worker's own deque: with
+    /// more than two workers, when one spins as the first of them is
+    /// released (`Local::spreads_surplus` keeps that answer for the rest).
+    /// The idle workers then take them from one FIFO ring instead of each
+    /// stealing from the deque (a look at every worker's deque, then a
+    /// compare-and-swap on the victim's line, which the others contend
+    /// for). With two workers the other one steals alone, and the deque
+    /// keeps the work on the releasing core. On 16 cores: `fanout` 0.82 of
+    /// the deque's time at W = 0 and 0.94 at W = 1000, the other rows
+    /// level (PERF.md, "2026-11-27"); on 2 cores it never applies.
+    #[inline]
+    fn spread_surplus(&self) -> bool {
+        self.spreads && self.sleep.anyone_spinning()
     }
 
     /// Records the CPU of the first thread that publishes work to this
@@ -482,7 +538,7 @@ impl Shared {
             // A CPU that disappeared from the affinity mask only costs the pinning.
             core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
         }
-        let local = Local { shared: self, id, next: Cell::new(NIL), deque, shed: Cell::new(false) };
+        let local = Local::new(self, id, deque);
         LOCAL.with(|l| l.set(&local));
         core.enter_worker();
         core.profiler.bind_worker(id);
@@ -561,6 +617,12 @@ impl Executor for PerDeviceExecutor {
             Some(local) if local.deque.len() < LOCAL_CAPACITY => {
                 let in_body = crate::core::CURRENT_OP.with(|c| std::ptr::eq(c.get().0, core));
                 if in_body || local.next.get() != NIL {
+                    if !in_body && local.spreads_surplus(shared) {
+                        if let Err(op) = shared.inject(shared.node_of[local.id], op) {
+                            run_inline(core, op);
+                        }
+                        return;
+                    }
                     shared.push_to_own_deque(local, op, in_body);
                     return;
                 }
@@ -571,6 +633,7 @@ impl Executor for PerDeviceExecutor {
                 // worker's next look for work passes the injectors by.
                 if !shared.shed_to_idle(local.id) {
                     local.next.set(op);
+                    local.spreading.set(UNDECIDED);
                     return;
                 }
                 local.shed.set(true);
@@ -743,7 +806,7 @@ mod loom_models {
             let spawn = |id: usize, deque: Worker<u32>| {
                 let (shared, taken) = (shared.clone(), taken.clone());
                 loom::thread::spawn(move || {
-                    let local = Local { shared: &*shared, id, next: Cell::new(NIL), deque, shed: Cell::new(false) };
+                    let local = Local::new(&shared, id, deque);
                     if id == 0 {
                         first(&shared, &local, &taken);
                     } else {

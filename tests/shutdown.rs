@@ -66,6 +66,20 @@ fn drop_with_parked_workers_returns_on(kind: EngineKind) {
     drop_within(engine, Duration::from_secs(10));
 }
 
+/// Workers spinning when the engine is dropped stop at once instead of
+/// spinning out their time: a long spin setting (ten minutes here) does
+/// not hold up the drop.
+#[test]
+fn drop_with_spinning_workers_does_not_wait_out_the_spin() {
+    for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
+        let engine = Engine::builder().kind(kind).cpu_workers(2).spin(Duration::from_secs(600)).build().unwrap();
+        let v = engine.new_var();
+        engine.push_sync(|_| {}, &[], &[v]).unwrap();
+        engine.wait_all().unwrap();
+        drop_within(engine, Duration::from_secs(60));
+    }
+}
+
 #[test]
 fn drop_waits_for_outstanding_completions() {
     for engine in engines() {

@@ -45,8 +45,10 @@ const NAP_LIMIT: Duration = Duration::from_millis(1);
 
 /// The spinning state's loop: polls `found` for up to `spin`, yielding the
 /// core between rounds (with as many workers as cores, the pushing thread
-/// may be waiting for this one). Returns whether work appeared.
-pub(crate) fn spin_for(spin: Duration, found: impl Fn() -> bool) -> bool {
+/// may be waiting for this one). Returns whether work appeared; gives up
+/// early, with `false`, once `ended()` (asked when it reads the clock, not
+/// at every poll).
+pub(crate) fn spin_for(spin: Duration, found: impl Fn() -> bool, ended: impl Fn() -> bool) -> bool {
     let start = Instant::now();
     loop {
         for _ in 0..SPIN_POLLS {
@@ -55,7 +57,7 @@ pub(crate) fn spin_for(spin: Duration, found: impl Fn() -> bool) -> bool {
             }
             spin_hint();
         }
-        if start.elapsed() >= spin {
+        if start.elapsed() >= spin || ended() {
             return false;
         }
         std::thread::yield_now();
@@ -136,6 +138,8 @@ pub(crate) struct Sleep {
     pinned_workers: bool,
     /// Pinned workers each on a CPU of its own ([`Sleep::with_own_cpus`]).
     own_cpus: bool,
+    /// Set by [`notify_all`](Sleep::notify_all): spins end early.
+    shut_down: AtomicBool,
 }
 
 /// The futex of a spinner that naps, still counted as spinning.
@@ -163,6 +167,7 @@ impl Sleep {
             nap: CachePadded::default(),
             pinned_workers,
             own_cpus: false,
+            shut_down: AtomicBool::new(false),
         }
     }
 
@@ -204,13 +209,20 @@ impl Sleep {
 
     /// The spinning state: [`spin_for`] `spin`, polling `found`, and telling
     /// producers at each poll that the spinner is running (see `unseen`).
+    /// Ends early, finding nothing, once the pool shuts down
+    /// ([`notify_all`](Self::notify_all)), so that a long spin setting does
+    /// not hold up a dropped engine.
     pub(crate) fn spin(&self, spin: Duration, found: impl Fn() -> bool) -> bool {
-        spin_for(spin, || {
-            if self.unseen.load(Ordering::Relaxed) != 0 {
-                self.unseen.store(0, Ordering::Relaxed);
-            }
-            found()
-        })
+        spin_for(
+            spin,
+            || {
+                if self.unseen.load(Ordering::Relaxed) != 0 {
+                    self.unseen.store(0, Ordering::Relaxed);
+                }
+                found()
+            },
+            || self.shut_down.load(Ordering::Relaxed),
+        )
     }
 
     /// [`Sleep::spin`] for an executor with work a spinner may leave to
@@ -466,8 +478,9 @@ impl Sleep {
         }
     }
 
-    /// Wakes every parked worker (shutdown).
+    /// Wakes every parked worker and ends every spin (shutdown).
     pub(crate) fn notify_all(&self) {
+        self.shut_down.store(true, Ordering::Relaxed);
         fence(Ordering::SeqCst);
         self.epoch.fetch_add(1, Ordering::Release);
         futex_wake_all(&self.epoch);

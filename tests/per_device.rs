@@ -120,7 +120,7 @@ fn a_completions_surplus_goes_to_the_injector_while_a_worker_spins() {
         .kind(EngineKind::PerDevice)
         .cpu_workers(3)
         .pin(false)
-        .spin(Duration::from_secs(2))
+        .spin(Duration::from_secs(60))
         .build()
         .unwrap();
     let met = Arc::new(AtomicUsize::new(0));
@@ -149,7 +149,8 @@ fn a_completions_surplus_goes_to_the_injector_while_a_worker_spins() {
         };
         engine.push_sync(read, &[v], &[]).unwrap();
     }
-    // Time for the two idle workers to be spinning (they spin for two seconds).
+    // Time for the idle workers to be spinning (for a minute, unless the
+    // engine is dropped first: a spin ends at shutdown).
     std::thread::sleep(Duration::from_millis(100));
     gate.store(true, Ordering::Release);
     engine.wait_all().unwrap();

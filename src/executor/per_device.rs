@@ -58,10 +58,11 @@
 //!
 //! # Waking
 //!
-//! Idle workers spin (one at a time) and park (`park.rs`). Pushing to an
-//! injector or the priority pool wakes a parked worker unless one is
-//! spinning; a spinner that finds work wakes a parked worker before it
-//! takes it, since it may have been the only one told about several. A
+//! Idle workers spin (half of them at most, at least two: `max_spinners`)
+//! and park (`park.rs`). Pushing to an injector or the priority pool wakes
+//! a parked worker unless one is spinning; a spinner that finds work wakes
+//! a parked worker before it takes it, since it may have been the only
+//! one told about several. A
 //! push from a thread that has just waited on the engine is marked in the
 //! injector, and a spinner leaves such an operation alone for
 //! [`WAITER_GRACE`](super::park::WAITER_GRACE) (300 ns) while it is the

@@ -387,7 +387,7 @@ mod loom_models {
         }
     }
 
-    /// `workers` workers look for work (one at a time spinning) and park;
+    /// `workers` workers look for work (spinning, `max_spinners` at most) and park;
     /// the publisher puts `ops` operations on the ring (the first marked
     /// for a waiter, as `schedule` does after a wait) and then blocks
     /// until all were taken. Each operation must be taken exactly once,

@@ -129,10 +129,6 @@ struct Shared {
     /// the workers are pinned, each to a CPU of its own (with more workers
     /// than CPUs, two sharing one would hand chains back and forth).
     sheds: bool,
-    /// More than two workers: what a completion releases past its
-    /// successor slot goes to the injector while a worker spins
-    /// (`spread_surplus`).
-    spreads: bool,
     injectors: Box<[ReadyRing]>,
     priority: PriorityPool,
     sleep: Sleep,
@@ -166,30 +162,25 @@ struct Local {
     /// Whether the operations the current completion releases past the
     /// successor slot go to the injector (`Shared::spread_surplus`), decided
     /// at the first of them and kept for the rest, so that one burst is not
-    /// split between the two places ([`UNDECIDED`]: not yet).
-    spreading: Cell<u8>,
+    /// split between the two places (`None`: not yet).
+    spreading: Cell<Option<bool>>,
 }
-
-/// [`Local::spreading`] before a completion's first surplus operation.
-const UNDECIDED: u8 = 2;
 
 impl Local {
     fn new(shared: &Shared, id: usize, deque: Worker<u32>) -> Self {
-        Local { shared, id, next: Cell::new(NIL), deque, shed: Cell::new(false), spreading: Cell::new(UNDECIDED) }
+        Local { shared, id, next: Cell::new(NIL), deque, shed: Cell::new(false), spreading: Cell::new(None) }
     }
 
     /// Whether this surplus operation goes to the injector: the decision
     /// [`Local::spreading`] holds, or takes now.
     #[inline]
     fn spreads_surplus(&self, shared: &Shared) -> bool {
-        match self.spreading.get() {
-            UNDECIDED => {
-                let spread = shared.spread_surplus();
-                self.spreading.set(spread as u8);
-                spread
-            }
-            spread => spread != 0,
+        if let Some(spread) = self.spreading.get() {
+            return spread;
         }
+        let spread = shared.spread_surplus();
+        self.spreading.set(Some(spread));
+        spread
     }
 }
 
@@ -223,7 +214,6 @@ impl PerDeviceExecutor {
             node_of: (0..workers).map(|i| cpu(i).node).collect(),
             pinned: (0..workers).map(|i| pin.then(|| cpu(i).os_index)).collect(),
             sheds: own_cpus && workers > 1,
-            spreads: workers > 2,
             injectors: (0..topology.nodes).map(|_| ReadyRing::new(INJECTOR_CAPACITY)).collect(),
             priority: PriorityPool::default(),
             sleep: Sleep::new(workers, pin).with_own_cpus(own_cpus),
@@ -296,7 +286,7 @@ impl Shared {
     /// level (PERF.md, "2026-11-27"); on 2 cores it never applies.
     #[inline]
     fn spread_surplus(&self) -> bool {
-        self.spreads && self.sleep.anyone_spinning()
+        self.stealers.len() > 2 && self.sleep.anyone_spinning()
     }
 
     /// Records the CPU of the first thread that publishes work to this
@@ -618,26 +608,25 @@ impl Executor for PerDeviceExecutor {
             Some(local) if local.deque.len() < LOCAL_CAPACITY => {
                 let in_body = crate::core::CURRENT_OP.with(|c| std::ptr::eq(c.get().0, core));
                 if in_body || local.next.get() != NIL {
-                    if !in_body && local.spreads_surplus(shared) {
-                        if let Err(op) = shared.inject(shared.node_of[local.id], op) {
-                            run_inline(core, op);
-                        }
+                    // Surplus of a completion goes to the injector below
+                    // while `spreads_surplus` says so.
+                    if in_body || !local.spreads_surplus(shared) {
+                        shared.push_to_own_deque(local, op, in_body);
                         return;
                     }
-                    shared.push_to_own_deque(local, op, in_body);
-                    return;
-                }
-                // Released by a completion: this worker runs it next,
-                // unless it would take turns with the pusher for its core
-                // while another worker idles (`shed_to_idle`): then it goes
-                // to the injector, where the spinner takes it, and this
-                // worker's next look for work passes the injectors by.
-                if !shared.shed_to_idle(local.id) {
+                } else if !shared.shed_to_idle(local.id) {
+                    // Released by a completion: this worker runs it next,
+                    // unless it would take turns with the pusher for its
+                    // core while another worker idles (`shed_to_idle`):
+                    // then it goes to the injector, where the spinner takes
+                    // it, and this worker's next look for work passes the
+                    // injectors by.
                     local.next.set(op);
-                    local.spreading.set(UNDECIDED);
+                    local.spreading.set(None);
                     return;
+                } else {
+                    local.shed.set(true);
                 }
-                local.shed.set(true);
                 shared.node_of[local.id]
             }
             Some(local) => shared.node_of[local.id],

@@ -11,10 +11,14 @@
 //!   with a worker.
 //! - **Yielding or sleeping.** A waiting pusher yields its core. A yield that
 //!   comes back at once (under [`ALONE_YIELD`]) found no other thread
-//!   wanting the core, so yielding on would keep that core busy for nothing;
-//!   with workers the scheduler may move (pooled's) and ready work waiting
-//!   for them (`Executor::movable_work_waiting`), it can keep both workers
-//!   on the other core for the rest of a run. Then, if the workers drain
+//!   wanting the core, so yielding on would keep that core busy for nothing.
+//!   Where the workers are free to move (pooled's, per_device's unpinned)
+//!   and as many of them are awake as the process has CPUs
+//!   (`Executor::movable_workers_fill_cpus`), two of them then share a
+//!   CPU, and the scheduler, which sees no idle CPU to move one to, can
+//!   keep them so for the rest of a run. (Until 2026-11-27 the sign was
+//!   ready work in pooled's ring, which says nothing of unpinned per_device,
+//!   whose work waits in deques.) Then, if the workers drain
 //!   slowly enough that a sleep pays ([`DrainRate`], [`SLEEP_PAYS`]), the
 //!   pusher sleeps on the finished count until a quarter of the cap has
 //!   drained: the completion that gets there wakes it
@@ -117,7 +121,7 @@ impl Core {
                 idle += 1;
                 let yielded = Instant::now();
                 std::thread::yield_now();
-                if sleep_pays && yielded.elapsed() < ALONE_YIELD && self.executor.movable_work_waiting() {
+                if sleep_pays && yielded.elapsed() < ALONE_YIELD && self.executor.movable_workers_fill_cpus() {
                     slept = self.sleep_to_low_water(quarter);
                 }
             }

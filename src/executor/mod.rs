@@ -66,6 +66,9 @@ impl WorkerThreads {
 }
 
 /// Where ready operations run.
+///
+/// `GpuExecutor` (`gpu/rings.rs`) wraps a CPU executor and must forward
+/// each question below that has a default answer; its test lists them.
 pub(crate) trait Executor: Send + Sync {
     /// Starts the executor's threads (each holds the core).
     fn start(&self, core: &Arc<Core>);
@@ -126,11 +129,14 @@ pub(crate) trait Executor: Send + Sync {
         true
     }
 
-    /// Whether ready operations wait for workers that the OS may move
-    /// between cores: a core the calling thread leaves idle would then
-    /// run them (a throttled pusher sleeps rather than yields only then,
+    /// Whether workers that the OS may move between CPUs are awake
+    /// (running or spinning) in at least the number of CPUs this process
+    /// may use. A thread whose yield comes back at once has a CPU that no
+    /// one else wants, so two of those workers then share another CPU,
+    /// and a CPU the calling thread leaves idle would get one of them (a
+    /// throttled pusher sleeps rather than yields only then,
     /// `throttle.rs`). Pinned workers cannot move: no.
-    fn movable_work_waiting(&self) -> bool {
+    fn movable_workers_fill_cpus(&self) -> bool {
         false
     }
 

@@ -124,6 +124,8 @@ pub(crate) struct Sleep {
     spinning: CachePadded<AtomicU32>,
     /// How many workers may spin at once (`max_spinners`).
     max_spinning: u32,
+    /// The pool's workers.
+    workers: u32,
     /// 1 while a wake-up is in flight: later producers skip theirs until a
     /// parking or woken worker clears it.
     waking: CachePadded<AtomicU32>,
@@ -162,6 +164,7 @@ impl Sleep {
             sleepers: CachePadded::new(AtomicU32::new(0)),
             spinning: CachePadded::new(AtomicU32::new(0)),
             max_spinning: max_spinners(workers),
+            workers: workers as u32,
             waking: CachePadded::new(AtomicU32::new(0)),
             unseen: CachePadded::new(AtomicU32::new(0)),
             nap: CachePadded::default(),
@@ -186,6 +189,11 @@ impl Sleep {
     #[inline]
     pub(crate) fn anyone_spinning(&self) -> bool {
         self.spinning.load(Ordering::Relaxed) != 0
+    }
+
+    /// Workers not parked: running, spinning or about to park (a hint).
+    pub(crate) fn awake(&self) -> u32 {
+        self.workers.saturating_sub(self.sleepers.load(Ordering::Relaxed))
     }
 
     /// Workers announced as parked (for the loom models of `per_device.rs`).

@@ -267,6 +267,8 @@ pub(crate) struct PooledExecutor {
     normal: Arc<WorkerPool>,
     copy: Arc<WorkerPool>,
     threads: WorkerThreads,
+    /// The CPUs this process may use, when it was built.
+    cpus: usize,
 }
 
 impl PooledExecutor {
@@ -275,6 +277,7 @@ impl PooledExecutor {
             normal: Arc::new(WorkerPool::new(cpu_workers, 0, spin)),
             copy: Arc::new(WorkerPool::new(copy_workers, cpu_workers, spin)),
             threads: WorkerThreads::default(),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         }
     }
 }
@@ -303,8 +306,8 @@ impl Executor for PooledExecutor {
         false
     }
 
-    fn movable_work_waiting(&self) -> bool {
-        !self.normal.ring.is_empty()
+    fn movable_workers_fill_cpus(&self) -> bool {
+        self.normal.sleep.awake() as usize >= self.cpus
     }
 
     fn help(&self, core: &Core) -> bool {

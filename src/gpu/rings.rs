@@ -363,4 +363,62 @@ impl Executor for GpuExecutor {
     fn throttled_pushers_help(&self) -> bool {
         self.cpu.throttled_pushers_help()
     }
+
+    fn movable_workers_fill_cpus(&self) -> bool {
+        self.cpu.movable_workers_fill_cpus()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A CPU executor whose every policy answer is the opposite of the
+    /// trait's default.
+    struct Contrary;
+
+    impl Executor for Contrary {
+        fn start(&self, _core: &Arc<Core>) {}
+        fn schedule(&self, _core: &Core, _op: u32, _prop: FnProperty) {
+            unreachable!("not scheduled in this test")
+        }
+        fn help(&self, _core: &Core) -> bool {
+            false
+        }
+        fn waiters_can_sleep(&self) -> bool {
+            false
+        }
+        fn stop(&self) {}
+        fn cpu_workers(&self) -> usize {
+            3
+        }
+        fn runs_async_inline(&self) -> bool {
+            true
+        }
+        fn throttled_pushers_help(&self) -> bool {
+            false
+        }
+        fn movable_workers_fill_cpus(&self) -> bool {
+            true
+        }
+        fn runs_inline_over_cap(&self) -> bool {
+            true
+        }
+    }
+
+    /// The GPU executor answers every policy question as the CPU executor
+    /// it wraps: one it did not forward (`movable_workers_fill_cpus`, until
+    /// 2026-11-27) took the trait's default on every machine with a GPU.
+    #[test]
+    fn policy_questions_go_to_the_cpu_executor() {
+        let rings = Arc::new(GpuRings::new(RingSizes { compute: 1, priority: 1, copy: 1 }, Duration::ZERO, 3));
+        let gpu = GpuExecutor::new(Box::new(Contrary), rings);
+        let cpu = Contrary;
+        assert_eq!(gpu.waiters_can_sleep(), cpu.waiters_can_sleep(), "waiters_can_sleep");
+        assert_eq!(gpu.cpu_workers(), cpu.cpu_workers(), "cpu_workers");
+        assert_eq!(gpu.runs_async_inline(), cpu.runs_async_inline(), "runs_async_inline");
+        assert_eq!(gpu.throttled_pushers_help(), cpu.throttled_pushers_help(), "throttled_pushers_help");
+        assert_eq!(gpu.movable_workers_fill_cpus(), cpu.movable_workers_fill_cpus(), "movable_workers_fill_cpus");
+        assert_eq!(gpu.runs_inline_over_cap(), cpu.runs_inline_over_cap(), "runs_inline_over_cap");
+    }
 }

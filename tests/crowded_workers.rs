@@ -1,0 +1,75 @@
+//! A pusher held at the pending cap while its workers crowd one CPU
+//! (`throttle.rs`): a yield that comes back at once says that the pusher's
+//! own CPU has nothing else to run, and with as many workers awake as the
+//! process has CPUs, two of them then share another. Yielding on keeps the
+//! pusher's CPU busy, so the scheduler never sees an idle CPU to move one
+//! of them to; the pusher sleeps until the workers have drained a quarter
+//! of the cap instead. Its own binary: another test's threads on the
+//! pusher's CPU would make its yields slow.
+
+use depengine::{Engine, EngineKind};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A body that keeps its CPU for `d`.
+fn busy(d: Duration) {
+    let start = Instant::now();
+    while start.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+#[test]
+fn a_held_pusher_sleeps_while_its_workers_crowd_another_cpu() {
+    let cpus = core_affinity::get_core_ids().unwrap_or_default();
+    if cpus.len() < 2 {
+        eprintln!("skipped: needs two CPUs, has {}", cpus.len());
+        return;
+    }
+    // Workers the scheduler may move: pooled's, and per_device's unpinned.
+    for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
+        // One worker per CPU the process may use: all awake, they need
+        // every CPU.
+        let workers = cpus.len();
+        let engine = Engine::builder().kind(kind).cpu_workers(workers).pin(false).max_pending(64).build().unwrap();
+        // Each worker moves itself to the first CPU inside an operation that
+        // waits for all of them, so each runs exactly one.
+        let (home, arrived) = (cpus[0], Arc::new(AtomicUsize::new(0)));
+        for _ in 0..workers {
+            let (arrived, v) = (arrived.clone(), engine.new_var());
+            engine
+                .push_sync(
+                    move |_| {
+                        assert!(core_affinity::set_for_current(home), "could not move a worker to {home:?}");
+                        arrived.fetch_add(1, Ordering::SeqCst);
+                        while arrived.load(Ordering::SeqCst) < workers {
+                            std::thread::yield_now();
+                        }
+                    },
+                    &[],
+                    &[v],
+                )
+                .unwrap();
+        }
+        // Not through the engine: a waiting thread may run operations itself.
+        while arrived.load(Ordering::SeqCst) < workers {
+            std::thread::yield_now();
+        }
+        assert!(core_affinity::set_for_current(cpus[1]), "could not move the pusher to {:?}", cpus[1]);
+        // Two chains of 20-µs bodies, far past the cap.
+        let (a, b) = (engine.new_var(), engine.new_var());
+        for i in 0..4_000 {
+            let v = if i % 2 == 0 { a } else { b };
+            engine.push_sync(|_| busy(Duration::from_micros(20)), &[], &[v]).unwrap();
+        }
+        engine.wait_all().unwrap();
+        let stats = engine.stats();
+        assert!(stats.throttled > 0, "{kind:?}: the pusher was never held at the cap: {stats:?}");
+        assert!(
+            stats.throttle_sleeps > 0,
+            "{kind:?}: the held pusher yielded on its idle CPU and never slept while {workers} workers \
+             shared another: {stats:?}"
+        );
+    }
+}

@@ -90,12 +90,21 @@ struct Lane {
 }
 
 crate::sync::thread_local! {
-    /// The lane this thread writes for one profiler: (profiler, lane).
-    static LANE: Cell<(*const Profiler, usize)> = const { Cell::new((std::ptr::null(), 0)) };
+    /// The lane this thread writes for one profiler: (its `id`, lane); id 0
+    /// is no profiler.
+    static LANE: Cell<(u64, usize)> = const { Cell::new((0, 0)) };
 }
+
+/// The next profiler's `id`.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// An engine's profiler (see the module docs).
 pub(crate) struct Profiler {
+    /// Names this profiler in the threads' `LANE`: unique in the process,
+    /// where an address is not (an engine dropped and another built may
+    /// put their profilers at the same place, and a thread would then
+    /// write into the lane it had in the first, a worker's of the second).
+    id: u64,
     /// The current session (0: off).
     session: AtomicU32,
     last_session: AtomicU32,
@@ -177,6 +186,7 @@ impl Profiler {
     /// keeping up to `lane_events` records per lane once started.
     pub(crate) fn new(worker_lanes: usize, lane_events: usize) -> Self {
         Profiler {
+            id: NEXT_ID.fetch_add(1, Relaxed),
             session: AtomicU32::new(0),
             last_session: AtomicU32::new(0),
             lanes: OnceLock::new(),
@@ -261,18 +271,18 @@ impl Profiler {
         }
         LANE.with(|l| {
             let (owner, lane) = l.get();
-            if std::ptr::eq(owner, self) {
+            if owner == self.id {
                 return lane;
             }
             let lane = self.worker_lanes + self.next_other.fetch_add(1, Relaxed) % OTHER_LANES;
-            l.set((self, lane));
+            l.set((self.id, lane));
             lane
         })
     }
 
     /// Makes worker `id`'s thread write its records to lane `id`.
     pub(crate) fn bind_worker(&self, id: usize) {
-        LANE.with(|l| l.set((self, id)));
+        LANE.with(|l| l.set((self.id, id)));
     }
 
     /// Copies a finished operation's record into the calling thread's
@@ -478,5 +488,23 @@ impl crate::core::Core {
             failed: lane_flags & FAILED != 0,
         };
         self.profiler.record(meta.profile_session, &event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A profiler made where a dropped one lived does not inherit the lane
+    /// the calling thread had in it: that lane may be a worker's now.
+    #[test]
+    fn a_thread_takes_a_shared_lane_of_each_new_profiler() {
+        let mut profiler = Profiler::new(0, 2);
+        assert_eq!(profiler.lane(None), 0, "the first shared lane of a profiler with no workers");
+        // Same address, two workers: lanes 0 and 1 are theirs.
+        profiler = Profiler::new(2, 2);
+        let lane = profiler.lane(None);
+        assert!((2..2 + OTHER_LANES).contains(&lane), "a non-worker thread got lane {lane}");
+        assert_eq!(profiler.lane(Some(1)), 1);
     }
 }

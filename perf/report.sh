@@ -22,6 +22,10 @@
 # 5. runs the criterion suite of the engine's parts and puts its medians
 #    between `<!-- floors:begin -->` and `<!-- floors:end -->` (NO_BENCH=1
 #    skips it).
+#
+# BUILD_ONLY=1 stops after step 2, with the peers built in $BUILD_DIR
+# (default /tmp/depengine-peers): what scripts/perf-bundle.sh carries to a
+# machine with no compilers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PAIRS="${PAIRS:-3}"
@@ -82,6 +86,11 @@ if [[ $SLOW == 1 && -d "$MXNET_DIR" ]]; then
         export MXBENCH="$BUILD/mxbench"
         peers+=(--peer "mxnet=perf/peers/mxnet.sh"); echo "   built peer mxnet"
     else echo "   !! peer mxnet did not build (see $BUILD/mxnet.log): left out"; fi
+fi
+
+if [[ "${BUILD_ONLY:-0}" == 1 ]]; then
+    echo "== BUILD_ONLY=1: the peers are in $BUILD"
+    exit 0
 fi
 
 stamp="perf/reports/${REPORT_NAME:-$(date +%Y-%m-%d)}"

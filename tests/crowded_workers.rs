@@ -57,11 +57,11 @@ fn a_held_pusher_sleeps_while_its_workers_crowd_another_cpu() {
             std::thread::yield_now();
         }
         assert!(core_affinity::set_for_current(cpus[1]), "could not move the pusher to {:?}", cpus[1]);
-        // Two chains of 20-µs bodies, far past the cap.
-        let (a, b) = (engine.new_var(), engine.new_var());
+        // A chain of 20-µs bodies per worker, so that none has cause to
+        // park, pushed in turn, far past the cap.
+        let chains: Vec<_> = (0..workers).map(|_| engine.new_var()).collect();
         for i in 0..4_000 {
-            let v = if i % 2 == 0 { a } else { b };
-            engine.push_sync(|_| busy(Duration::from_micros(20)), &[], &[v]).unwrap();
+            engine.push_sync(|_| busy(Duration::from_micros(20)), &[], &[chains[i % workers]]).unwrap();
         }
         engine.wait_all().unwrap();
         let stats = engine.stats();

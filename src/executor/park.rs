@@ -191,9 +191,11 @@ impl Sleep {
         self.spinning.load(Ordering::Relaxed) != 0
     }
 
-    /// Workers not parked: running, spinning or about to park (a hint).
-    pub(crate) fn awake(&self) -> u32 {
-        self.workers.saturating_sub(self.sleepers.load(Ordering::Relaxed))
+    /// Whether the workers are free to move between CPUs (not pinned) and
+    /// at least `cpus` of them are not parked: running, spinning or about
+    /// to park (a hint; `Executor::movable_workers_fill_cpus`).
+    pub(crate) fn movable_workers_fill(&self, cpus: usize) -> bool {
+        !self.pinned_workers && self.workers.saturating_sub(self.sleepers.load(Ordering::Relaxed)) as usize >= cpus
     }
 
     /// Workers announced as parked (for the loom models of `per_device.rs`).

@@ -589,8 +589,7 @@ impl Executor for PerDeviceExecutor {
     }
 
     fn movable_workers_fill_cpus(&self) -> bool {
-        let shared = &*self.shared;
-        shared.pinned.iter().all(Option::is_none) && shared.sleep.awake() as usize >= shared.topology.cpus.len()
+        self.shared.sleep.movable_workers_fill(self.shared.topology.cpus.len())
     }
 
     fn schedule(&self, core: &Core, op: u32, prop: FnProperty) {

@@ -307,7 +307,7 @@ impl Executor for PooledExecutor {
     }
 
     fn movable_workers_fill_cpus(&self) -> bool {
-        self.normal.sleep.awake() as usize >= self.cpus
+        self.normal.sleep.movable_workers_fill(self.cpus)
     }
 
     fn help(&self, core: &Core) -> bool {

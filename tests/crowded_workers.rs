@@ -7,18 +7,13 @@
 //! of the cap instead. Its own binary: another test's threads on the
 //! pusher's CPU would make its yields slow.
 
+mod common;
+
+use common::busy_for;
 use depengine::{Engine, EngineKind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// A body that keeps its CPU for `d`.
-fn busy(d: Duration) {
-    let start = Instant::now();
-    while start.elapsed() < d {
-        std::hint::spin_loop();
-    }
-}
+use std::time::Duration;
 
 #[test]
 fn a_held_pusher_sleeps_while_its_workers_crowd_another_cpu() {
@@ -61,7 +56,7 @@ fn a_held_pusher_sleeps_while_its_workers_crowd_another_cpu() {
         // park, pushed in turn, far past the cap.
         let chains: Vec<_> = (0..workers).map(|_| engine.new_var()).collect();
         for i in 0..4_000 {
-            engine.push_sync(|_| busy(Duration::from_micros(20)), &[], &[chains[i % workers]]).unwrap();
+            engine.push_sync(|_| busy_for(Duration::from_micros(20)), &[], &[chains[i % workers]]).unwrap();
         }
         engine.wait_all().unwrap();
         let stats = engine.stats();

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{eventually, occupy_a_worker, until_open};
+use common::{busy_for, eventually, occupy_a_worker, until_open};
 use depengine::{Engine, EngineKind, FnProperty, PushOpts, Topology, TopologySource};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -141,10 +141,7 @@ fn a_completions_surplus_goes_to_the_injector_while_a_worker_spins() {
     for _ in 0..8 {
         let reads = reads.clone();
         let read = move |_: &depengine::RunContext| {
-            let until = std::time::Instant::now() + Duration::from_millis(2);
-            while std::time::Instant::now() < until {
-                std::hint::spin_loop();
-            }
+            busy_for(Duration::from_millis(2));
             reads.fetch_add(1, Ordering::SeqCst);
         };
         engine.push_sync(read, &[v], &[]).unwrap();

@@ -4,11 +4,11 @@
 
 mod common;
 
-use common::eventually;
+use common::{busy_for, eventually};
 use depengine::{Engine, EngineKind};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A dependency chain on the worker pinned to the pusher's CPU moves to
 /// another worker once that one idles (`shed_to_idle`), rather than take
@@ -62,10 +62,7 @@ fn a_chain_leaves_the_pushers_cpu_for_an_idle_worker() {
         // About 5 µs each, so that the chain lasts long enough (about a
         // tenth of a second) for worker 1 to be back on a loaded machine.
         let link = move |ctx: &depengine::RunContext| {
-            let until = Instant::now() + Duration::from_micros(5);
-            while Instant::now() < until {
-                std::hint::spin_loop();
-            }
+            busy_for(Duration::from_micros(5));
             ran[ctx.worker().expect("run by a worker")].fetch_add(1, Ordering::Relaxed);
         };
         engine.push_sync(link, &[], &[v]).unwrap();

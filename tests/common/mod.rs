@@ -1,6 +1,6 @@
 //! Helpers shared by the integration tests: engine lists, an event log that
-//! records the global order of body starts and ends, a bounded wait, and a
-//! body that blocks until a gate opens.
+//! records the global order of body starts and ends, a bounded wait, a
+//! body that blocks until a gate opens and one that keeps its CPU a while.
 #![allow(dead_code, unreachable_pub)]
 
 use depengine::{Engine, EngineKind, RunContext, Var};
@@ -20,6 +20,14 @@ pub fn parallel_engines() -> Vec<Engine> {
 
 pub fn engine(kind: EngineKind) -> Engine {
     Engine::builder().kind(kind).cpu_workers(2).build().expect("engine")
+}
+
+/// A body's work: keeps its CPU for `d`.
+pub fn busy_for(d: Duration) {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        std::hint::spin_loop();
+    }
 }
 
 /// A log of events stamped with one global sequence number.

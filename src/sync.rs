@@ -178,17 +178,45 @@ pub(crate) fn loom_sc_fence() {
 /// loom or off x86-64.
 #[inline(always)]
 pub(crate) fn prefetch_for_write(addr: *const u8, lines: usize) {
-    #[cfg(all(target_arch = "x86_64", not(depengine_loom)))]
-    for line in 0..lines {
+    on_each_line(addr, lines, |_line| {
+        #[cfg(all(target_arch = "x86_64", not(depengine_loom)))]
         // SAFETY: `prefetchw` never faults, whatever the address, and
         // changes nothing but which lines this core caches (a CPU without
         // it executes the opcode as a NOP).
         unsafe {
-            std::arch::asm!("prefetchw [{0}]", in(reg) addr.wrapping_add(line * 64), options(nostack, preserves_flags, readonly));
+            std::arch::asm!("prefetchw [{0}]", in(reg) _line, options(nostack, preserves_flags, readonly));
         }
+    });
+}
+
+/// Asks the CPU to move the `lines` cache lines from `addr` out of this
+/// core's private caches into the shared last-level cache (`cldemote`), so
+/// that another core's next access is served from there rather than by a
+/// snoop of this core. A hint only: no effect on what any thread reads or
+/// writes, nothing under loom or off x86-64.
+#[inline(always)]
+pub(crate) fn demote(addr: *const u8, lines: usize) {
+    on_each_line(addr, lines, |_line| {
+        #[cfg(all(target_arch = "x86_64", not(depengine_loom)))]
+        // SAFETY: `cldemote` never faults, whatever the address, and
+        // changes nothing but where the line is cached (a CPU without it,
+        // AMD's included, executes the opcode as a NOP).
+        unsafe {
+            std::arch::asm!("cldemote [{0}]", in(reg) _line, options(nostack, preserves_flags, readonly));
+        }
+    });
+}
+
+/// Calls `hint` with the address of each of the `lines` cache lines from
+/// `addr`: on x86-64 outside loom, the only builds with cache hints.
+#[inline(always)]
+fn on_each_line(addr: *const u8, lines: usize, hint: impl Fn(*const u8)) {
+    #[cfg(all(target_arch = "x86_64", not(depengine_loom)))]
+    for line in 0..lines {
+        hint(addr.wrapping_add(line * 64));
     }
     #[cfg(not(all(target_arch = "x86_64", not(depengine_loom))))]
-    let _ = (addr, lines);
+    let _ = (addr, lines, hint);
 }
 
 /// A hint to the CPU that we are in a spin loop (a model-checker yield under loom).

@@ -1,7 +1,7 @@
 //! The machine's state at the time of a run, measured without any engine,
 //! so that a table can be read against what the hardware did meanwhile.
 //!
-//! Two figures, both cheap (well under a second together):
+//! Three figures, all cheap (well under a second together):
 //!
 //! - **The cache-line round trip** between the first two CPUs this
 //!   process may use: one thread pinned to each passes a counter back and
@@ -10,6 +10,13 @@
 //!   On the shared 2-vCPU machines of this project it has been seen to
 //!   switch between ~32, 75–130 and 450–550 ns within seconds, with the
 //!   host's placement of the virtual CPUs.
+//! - **A line another CPU has just written**, read by dependent loads
+//!   (a chase through lines in a fixed shuffled order): as written, then
+//!   after the writer has sent each line to the shared cache (`cldemote`,
+//!   which depengine's dispatcher issues for an operation whose read
+//!   waits: `docs/var-queue.md`). The two agree on CPUs without the
+//!   instruction (it is a no-op there, AMD's included); on the Xeon hosts
+//!   the second was about half the first.
 //! - **The bare two-thread floor at W=1000**: the workload's own body
 //!   (`workloads::work`) run on one thread, then split over two threads
 //!   with no engine at all. Two engine workers cannot beat the second
@@ -17,9 +24,9 @@
 //!   the "ideal" of half the one-thread time.
 
 use crate::measure::median;
-use crate::workloads::work;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
+use crate::workloads::{work, SplitMix};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
 
 /// What [`probe`] measured.
 #[derive(Clone, Copy, Debug)]
@@ -27,6 +34,9 @@ pub(crate) struct MachineState {
     /// The median cache-line round trip between two CPUs, in ns (`None`
     /// with fewer than two CPUs to pin to).
     pub(crate) round_trip_ns: Option<f64>,
+    /// ns per line to read lines another CPU has just written: as written,
+    /// and demoted by the writer first ([`written_line_read_ns`]).
+    pub(crate) written_line_ns: Option<(f64, f64)>,
     /// One W=1000 body on one thread, ns (median of the tries).
     pub(crate) body_ns: f64,
     /// ns per body with the same bodies split over two threads.
@@ -47,6 +57,9 @@ impl std::fmt::Display for MachineState {
             Some(rt) => write!(f, "cache-line round trip between two CPUs {rt:.0} ns; ")?,
             None => write!(f, "cache-line round trip: fewer than two CPUs; ")?,
         }
+        if let Some((written, demoted)) = self.written_line_ns {
+            write!(f, "a line the other CPU wrote read in {written:.0} ns, {demoted:.0} after cldemote; ")?;
+        }
         write!(
             f,
             "W=1000 bodies with no engine: {:.0} ns on one thread, {:.0} ns/body on two ({:.2} × half of one)",
@@ -59,7 +72,12 @@ impl std::fmt::Display for MachineState {
 
 /// Measures the machine's state now (see the module docs).
 pub(crate) fn probe() -> MachineState {
-    MachineState { round_trip_ns: round_trip_ns(), body_ns: one_thread_body_ns(), two_threads_ns: two_thread_body_ns() }
+    MachineState {
+        round_trip_ns: round_trip_ns(),
+        written_line_ns: written_line_read_ns(),
+        body_ns: one_thread_body_ns(),
+        two_threads_ns: two_thread_body_ns(),
+    }
 }
 
 /// Rounds per try of the round trip, and tries (the median is kept).
@@ -104,6 +122,85 @@ pub(crate) fn round_trip_ns() -> Option<f64> {
         });
         elapsed.as_nanos() as f64 / ROUND_TRIPS as f64
     }))
+}
+
+/// Lines the writer of the written-line probe passes to the reader...
+const WRITTEN_LINES: usize = 2048;
+/// ...in this many passes per try, the first untimed.
+const PASSES: u64 = 8;
+
+/// One cache line, holding the index of the next line to read.
+#[repr(align(64))]
+struct Line(AtomicUsize);
+
+/// The median over [`TRIES`] of the ns per line that a thread on the
+/// second CPU this process may use takes to read, one dependent load after
+/// another, [`WRITTEN_LINES`] lines that a thread on the first has just
+/// written: as written, and after the writer sent each to the shared cache
+/// (`cldemote`). `None` with fewer than two CPUs.
+pub(crate) fn written_line_read_ns() -> Option<(f64, f64)> {
+    let cores = core_affinity::get_core_ids().filter(|c| c.len() >= 2)?;
+    let (writer, reader) = (cores[0], cores[1]);
+    // One cycle through every line, in an order no prefetcher follows.
+    let mut order: Vec<usize> = (0..WRITTEN_LINES).collect();
+    let mut rng = SplitMix::new(42);
+    for i in (1..WRITTEN_LINES).rev() {
+        order.swap(i, rng.uniform(i as u64 + 1) as usize);
+    }
+    let lines: Vec<Line> = (0..WRITTEN_LINES).map(|_| Line(AtomicUsize::new(0))).collect();
+    let read = |demote: bool| {
+        median_of_tries(|| {
+            // Even values: the writer's turn; odd ones: the reader's.
+            let turn = AtomicU64::new(0);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    core_affinity::set_for_current(writer);
+                    for pass in 0..PASSES {
+                        wait_for(&turn, 2 * pass);
+                        for (i, &at) in order.iter().enumerate() {
+                            lines[at].0.store(order[(i + 1) % WRITTEN_LINES], Ordering::Relaxed);
+                        }
+                        if demote {
+                            lines.iter().for_each(demote_line);
+                        }
+                        turn.store(2 * pass + 1, Ordering::Release);
+                    }
+                });
+                let reader = s.spawn(|| {
+                    core_affinity::set_for_current(reader);
+                    let (mut at, mut took) = (order[0], Duration::ZERO);
+                    for pass in 0..PASSES {
+                        wait_for(&turn, 2 * pass + 1);
+                        let start = Instant::now();
+                        for _ in 0..WRITTEN_LINES {
+                            at = lines[at].0.load(Ordering::Relaxed);
+                        }
+                        if pass > 0 {
+                            took += start.elapsed();
+                        }
+                        turn.store(2 * pass + 2, Ordering::Release);
+                    }
+                    std::hint::black_box(at);
+                    took.as_nanos() as f64 / ((PASSES - 1) as f64 * WRITTEN_LINES as f64)
+                });
+                reader.join().expect("reader")
+            })
+        })
+    };
+    Some((read(false), read(true)))
+}
+
+/// Sends `line` from this core's caches to the shared one (`cldemote`;
+/// nothing off x86-64, a no-op on CPUs without the instruction).
+fn demote_line(line: &Line) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: `cldemote` never faults and changes no value: it only moves
+    // the line between caches.
+    unsafe {
+        std::arch::asm!("cldemote [{0}]", in(reg) line, options(nostack, preserves_flags, readonly));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = line;
 }
 
 /// The median of [`TRIES`] calls of `measure`.
@@ -163,8 +260,12 @@ mod tests {
         assert!(state.two_threads_ns > 10.0 && state.two_threads_ns.is_finite(), "{state}");
         let cpus = core_affinity::get_core_ids().map_or(0, |c| c.len());
         assert_eq!(state.round_trip_ns.is_some(), cpus >= 2, "{state}");
+        assert_eq!(state.written_line_ns.is_some(), cpus >= 2, "{state}");
         if let Some(rt) = state.round_trip_ns {
             assert!(rt > 1.0 && rt.is_finite(), "{state}");
+        }
+        if let Some((written, demoted)) = state.written_line_ns {
+            assert!(written > 0.1 && written.is_finite() && demoted > 0.1 && demoted.is_finite(), "{state}");
         }
     }
 }

@@ -547,9 +547,10 @@ impl Core {
                 // written here. Served from this core's cache each is a
                 // snoop; from the shared cache, where this sends the line,
                 // about half of that. Only while operations are short: with
-                // long ones it measured 1-3 % slower (the worker that shares
-                // this core then misses in its own cache). The block may be
-                // another thread's already; the hint changes no value.
+                // long ones it measured 1-3 % slower (not explained; perhaps
+                // the worker that shares this core, which would have found
+                // the line in its own cache). The block may be another
+                // thread's already; the hint changes no value.
                 crate::sync::demote(std::ptr::from_ref(block).cast(), 1);
             }
         }

@@ -64,7 +64,7 @@ const RATE_SPAN_RESTART: Duration = Duration::from_millis(1);
 /// are *short*: the engine's own hand-offs are then much of what each one
 /// costs, and the dispatcher moves the line that a later grant decrements
 /// to the shared cache (`Core::dispatch`). Rows at W=0 drain at 100–250 ns
-/// per operation on the two-core hosts, rows at W=1000 at 800–1,100.
+/// per operation on the two-core hosts, rows at W=1000 at 800–1,500.
 const SHORT_OP: Duration = Duration::from_nanos(400);
 
 /// How fast the workers finish operations, as throttled pushers see it: the

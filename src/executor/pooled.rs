@@ -277,7 +277,7 @@ impl PooledExecutor {
             normal: Arc::new(WorkerPool::new(cpu_workers, 0, spin)),
             copy: Arc::new(WorkerPool::new(copy_workers, cpu_workers, spin)),
             threads: WorkerThreads::default(),
-            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpus: crate::config::available_cpus(),
         }
     }
 }

@@ -16,7 +16,12 @@
 //!   which depengine's dispatcher issues for an operation whose read
 //!   waits: `docs/var-queue.md`). The two agree on CPUs without the
 //!   instruction (it is a no-op there, AMD's included); on the Xeon hosts
-//!   the second was about half the first.
+//!   the second was about half the first. Then the same lines, as
+//!   written, read by independent loads (each address known without the
+//!   line before): what a line costs when the CPU can overlap its
+//!   transfer with others. On the Intel host of 2026-11-27 that was 5 ns
+//!   a line against 78 for the chase, so there a handful of misses cost
+//!   what their longest chain of dependent loads costs, not their number.
 //! - **The bare two-thread floor at W=1000**: the workload's own body
 //!   (`workloads::work`) run on one thread, then split over two threads
 //!   with no engine at all. Two engine workers cannot beat the second
@@ -34,13 +39,24 @@ pub(crate) struct MachineState {
     /// The median cache-line round trip between two CPUs, in ns (`None`
     /// with fewer than two CPUs to pin to).
     pub(crate) round_trip_ns: Option<f64>,
-    /// ns per line to read lines another CPU has just written: as written,
-    /// and demoted by the writer first ([`written_line_read_ns`]).
-    pub(crate) written_line_ns: Option<(f64, f64)>,
+    /// What lines another CPU has just written cost to read
+    /// ([`written_line_read_ns`]; `None` with fewer than two CPUs).
+    pub(crate) written_lines: Option<WrittenLines>,
     /// One W=1000 body on one thread, ns (median of the tries).
     pub(crate) body_ns: f64,
     /// ns per body with the same bodies split over two threads.
     pub(crate) two_threads_ns: f64,
+}
+
+/// ns per line to read lines another CPU has just written.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct WrittenLines {
+    /// One dependent load after another, the lines as written.
+    pub(crate) chased: f64,
+    /// The same chase after the writer demoted each line (`cldemote`).
+    pub(crate) demoted: f64,
+    /// Independent loads of the lines as written.
+    pub(crate) independent: f64,
 }
 
 impl MachineState {
@@ -57,8 +73,12 @@ impl std::fmt::Display for MachineState {
             Some(rt) => write!(f, "cache-line round trip between two CPUs {rt:.0} ns; ")?,
             None => write!(f, "cache-line round trip: fewer than two CPUs; ")?,
         }
-        if let Some((written, demoted)) = self.written_line_ns {
-            write!(f, "a line the other CPU wrote read in {written:.0} ns, {demoted:.0} after cldemote; ")?;
+        if let Some(w) = self.written_lines {
+            write!(
+                f,
+                "a line the other CPU wrote read in {:.0} ns, {:.0} after cldemote, {:.0} by independent loads; ",
+                w.chased, w.demoted, w.independent
+            )?;
         }
         write!(
             f,
@@ -74,7 +94,7 @@ impl std::fmt::Display for MachineState {
 pub(crate) fn probe() -> MachineState {
     MachineState {
         round_trip_ns: round_trip_ns(),
-        written_line_ns: written_line_read_ns(),
+        written_lines: written_line_read_ns(),
         body_ns: one_thread_body_ns(),
         two_threads_ns: two_thread_body_ns(),
     }
@@ -134,11 +154,12 @@ const PASSES: u64 = 8;
 struct Line(AtomicUsize);
 
 /// The median over [`TRIES`] of the ns per line that a thread on the
-/// second CPU this process may use takes to read, one dependent load after
-/// another, [`WRITTEN_LINES`] lines that a thread on the first has just
-/// written: as written, and after the writer sent each to the shared cache
-/// (`cldemote`). `None` with fewer than two CPUs.
-pub(crate) fn written_line_read_ns() -> Option<(f64, f64)> {
+/// second CPU this process may use takes to read [`WRITTEN_LINES`] lines
+/// that a thread on the first has just written: one dependent load after
+/// another as written, the same after the writer sent each to the shared
+/// cache (`cldemote`), and by independent loads as written. `None` with
+/// fewer than two CPUs.
+pub(crate) fn written_line_read_ns() -> Option<WrittenLines> {
     let cores = core_affinity::get_core_ids().filter(|c| c.len() >= 2)?;
     let (writer, reader) = (cores[0], cores[1]);
     // One cycle through every line, in an order no prefetcher follows.
@@ -148,7 +169,7 @@ pub(crate) fn written_line_read_ns() -> Option<(f64, f64)> {
         order.swap(i, rng.uniform(i as u64 + 1) as usize);
     }
     let lines: Vec<Line> = (0..WRITTEN_LINES).map(|_| Line(AtomicUsize::new(0))).collect();
-    let read = |demote: bool| {
+    let read = |demote: bool, chase: bool| {
         median_of_tries(|| {
             // Even values: the writer's turn; odd ones: the reader's.
             let turn = AtomicU64::new(0);
@@ -168,26 +189,34 @@ pub(crate) fn written_line_read_ns() -> Option<(f64, f64)> {
                 });
                 let reader = s.spawn(|| {
                     core_affinity::set_for_current(reader);
-                    let (mut at, mut took) = (order[0], Duration::ZERO);
+                    let (mut at, mut sum, mut took) = (order[0], 0usize, Duration::ZERO);
                     for pass in 0..PASSES {
                         wait_for(&turn, 2 * pass + 1);
                         let start = Instant::now();
-                        for _ in 0..WRITTEN_LINES {
-                            at = lines[at].0.load(Ordering::Relaxed);
+                        if chase {
+                            for _ in 0..WRITTEN_LINES {
+                                at = lines[at].0.load(Ordering::Relaxed);
+                            }
+                        } else {
+                            // The same lines in the same order, each
+                            // address known without reading the line before.
+                            for &i in &order {
+                                sum = sum.wrapping_add(lines[i].0.load(Ordering::Relaxed));
+                            }
                         }
                         if pass > 0 {
                             took += start.elapsed();
                         }
                         turn.store(2 * pass + 2, Ordering::Release);
                     }
-                    std::hint::black_box(at);
+                    std::hint::black_box((at, sum));
                     took.as_nanos() as f64 / ((PASSES - 1) as f64 * WRITTEN_LINES as f64)
                 });
                 reader.join().expect("reader")
             })
         })
     };
-    Some((read(false), read(true)))
+    Some(WrittenLines { chased: read(false, true), demoted: read(true, true), independent: read(false, false) })
 }
 
 /// Sends `line` from this core's caches to the shared one (`cldemote`;
@@ -260,12 +289,14 @@ mod tests {
         assert!(state.two_threads_ns > 10.0 && state.two_threads_ns.is_finite(), "{state}");
         let cpus = core_affinity::get_core_ids().map_or(0, |c| c.len());
         assert_eq!(state.round_trip_ns.is_some(), cpus >= 2, "{state}");
-        assert_eq!(state.written_line_ns.is_some(), cpus >= 2, "{state}");
+        assert_eq!(state.written_lines.is_some(), cpus >= 2, "{state}");
         if let Some(rt) = state.round_trip_ns {
             assert!(rt > 1.0 && rt.is_finite(), "{state}");
         }
-        if let Some((written, demoted)) = state.written_line_ns {
-            assert!(written > 0.1 && written.is_finite() && demoted > 0.1 && demoted.is_finite(), "{state}");
+        if let Some(w) = state.written_lines {
+            for ns in [w.chased, w.demoted, w.independent] {
+                assert!(ns > 0.1 && ns.is_finite(), "{state}");
+            }
         }
     }
 }

@@ -24,6 +24,10 @@
 //!   drained: the completion that gets there wakes it
 //!   (`PendingCounter::sleep_until_finished`), and [`SLEEP_LIMIT`] bounds a
 //!   sleep that no completion ends.
+//! - **Where the pusher runs.** Each hold first tells the executor
+//!   (`Executor::note_throttled_pusher`): per_device's workers repel
+//!   dependency chains from the pusher's CPU, and follow it there when the
+//!   OS has moved it.
 //! - **Never stuck.** A program may hold completions on purpose and signal
 //!   them only after pushing more. The wait therefore gives up after
 //!   [`IDLE_LIMIT`] yields during which the count did not fall and the
@@ -134,6 +138,7 @@ impl Core {
             return;
         }
         self.stats.throttled();
+        self.executor.note_throttled_pusher();
         let helps = self.executor.throttled_pushers_help();
         let quarter = (self.max_pending / 4).max(1);
         let mut sleep_pays = self

@@ -140,6 +140,11 @@ pub(crate) trait Executor: Send + Sync {
         false
     }
 
+    /// A pusher is held at the pending cap (called on its thread, once per
+    /// hold, before it waits): per_device looks where it runs now
+    /// (`Shared::follow_throttled_pusher`).
+    fn note_throttled_pusher(&self) {}
+
     /// Whether a synchronous `Normal` CPU push with no variables that would
     /// take the engine to the pending cap runs its body on the pushing
     /// thread, inside the push (`Core::unqueued_ticket`), instead of

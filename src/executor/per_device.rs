@@ -10,10 +10,12 @@
 //!   worker's successor slot if free (run next, and no thief can take it,
 //!   so a dependency chain stays on one core with no cross-core hop), else
 //!   its own deque. Two exceptions:
-//!   - A worker pinned to the CPU the pusher was first seen on, while
-//!     another worker spins, sends the operation for the slot to the
-//!     injector instead (`Shared::shed_to_idle`), so that the chain moves
-//!     to the idle core rather than take turns with the pusher for its own.
+//!   - A worker pinned to the pusher's CPU (where it first published,
+//!     or where it was held at the pending cap twice in a row since:
+//!     `Shared::follow_throttled_pusher`), while another worker spins,
+//!     sends the operation for the slot to the injector instead
+//!     (`Shared::shed_to_idle`), so that the chain moves to the idle core
+//!     rather than take turns with the pusher for its own.
 //!   - With more than two workers, when a worker spins as a completion
 //!     releases its first operation past the slot, that one and the rest
 //!     it releases go to the node's injector, where the idle workers take
@@ -101,6 +103,10 @@ use std::time::Duration;
 /// capacity, so the deque never reallocates).
 pub(crate) const LOCAL_CAPACITY: usize = 64;
 
+/// Holds at the pending cap in a row on one CPU after which a pusher
+/// counts as moved there (`Shared::follow_throttled_pusher`).
+const PUSHER_MOVED_HOLDS: u32 = 2;
+
 /// Ready operations a node's injector holds before pushers run them inline.
 const INJECTOR_CAPACITY: usize = if cfg!(depengine_loom) { 4 } else { 1 << 14 };
 
@@ -142,9 +148,16 @@ struct Shared {
     stolen: AtomicU64,
     topology: Topology,
     /// The CPU the first thread that published work from outside the
-    /// workers ran on then (`u32::MAX`: none yet); see `shed_to_idle`. Its
-    /// own line: read on every completion that releases a successor.
+    /// workers ran on then (`u32::MAX`: none yet), or the one a pusher
+    /// held at the cap has since moved to (`follow_throttled_pusher`); see
+    /// `shed_to_idle`. Its own line: read on every completion that
+    /// releases a successor, written only when the pusher moves.
     publisher_cpu: CachePadded<AtomicU32>,
+    /// A pusher held at the cap, seen on a CPU other than `publisher_cpu`:
+    /// that CPU in the high half, how many holds in a row in the low half
+    /// (0: none). Only throttled pushers touch it (a hint: racing pushers
+    /// at worst miscount).
+    pusher_elsewhere: CachePadded<AtomicU64>,
 }
 
 /// A worker's own state, on its thread's stack.
@@ -225,6 +238,7 @@ impl PerDeviceExecutor {
             stolen: AtomicU64::new(0),
             topology,
             publisher_cpu: CachePadded::new(AtomicU32::new(u32::MAX)),
+            pusher_elsewhere: CachePadded::new(AtomicU64::new(0)),
         };
         PerDeviceExecutor { shared: Arc::new(shared), deques: Mutex::new(deques), threads: WorkerThreads::default() }
     }
@@ -260,8 +274,8 @@ impl Shared {
 
     /// Whether worker `id` should hand the operation its completion just
     /// released to a spinning worker instead of running it next: it is
-    /// pinned to the CPU the pusher was first seen on
-    /// (`note_publisher_cpu`), and another worker spins. A chain kept there
+    /// pinned to the pusher's CPU (`note_publisher_cpu`,
+    /// `follow_throttled_pusher`), and another worker spins. A chain kept there
     /// takes turns with the pusher for one core while the spinner's core
     /// idles; handed over, it stays on the spinner's core (whose
     /// completions then keep it). per_device `chain` at W=0 ran 36–110
@@ -291,11 +305,12 @@ impl Shared {
 
     /// Records the CPU of the first thread that publishes work to this
     /// engine (a pusher, not a worker), as it runs then; later publishes
-    /// leave it. Following the pusher instead (its CPU at every publish)
-    /// gained nothing: per_device `chain` read 1.01 against 0.54 for the
-    /// first CPU kept (PERF.md). The worker on that CPU repels chains
-    /// whenever another worker idles, and the OS then keeps the pusher
-    /// beside an idle worker, where it was.
+    /// leave it. Following the pusher at every publish and every yield at
+    /// the cap gained nothing: per_device `chain` read 1.01 against 0.54
+    /// for the first CPU kept (PERF.md, 2026-11-25). The worker on that
+    /// CPU repels chains whenever another worker idles, and the OS then
+    /// mostly keeps the pusher beside an idle worker, where it was; when
+    /// the OS moves it all the same, `follow_throttled_pusher` follows.
     #[inline]
     fn note_publisher_cpu(&self) {
         if self.publisher_cpu.load(Ordering::Relaxed) == u32::MAX {
@@ -308,6 +323,36 @@ impl Shared {
         // Unknown is stored as `u32::MAX`: looked up again at the next publish.
         let cpu = current_cpu().map_or(u32::MAX, |cpu| cpu as u32);
         self.publisher_cpu.store(cpu, Ordering::Relaxed);
+    }
+
+    /// A pusher held at the pending cap runs on `cpu`. Seen on the same
+    /// CPU other than `publisher_cpu` at [`PUSHER_MOVED_HOLDS`] holds in a
+    /// row, that CPU becomes the one whose worker repels chains
+    /// (`shed_to_idle`): the OS has moved the pusher for good, and a
+    /// worker left repelling them from the CPU it left only hands its
+    /// successors to the injector for nothing, while the chain on the
+    /// pusher's new CPU takes turns with it. A single sighting is not
+    /// enough: followed at one hold, per_device `chain` at W=0 read 1.00
+    /// and `chains64` 0.94; at two in a row, 0.85–0.92 and 0.84–0.98
+    /// (PERF.md, "2026-11-27, fifth session").
+    fn follow_throttled_pusher(&self, cpu: u32) {
+        let known = self.publisher_cpu.load(Ordering::Relaxed);
+        if known == u32::MAX || cpu == known {
+            // Nothing published yet (the first publish notes the CPU), or
+            // the pusher is where it was: a run of sightings elsewhere ends.
+            if self.pusher_elsewhere.load(Ordering::Relaxed) != 0 {
+                self.pusher_elsewhere.store(0, Ordering::Relaxed);
+            }
+            return;
+        }
+        let seen = self.pusher_elsewhere.load(Ordering::Relaxed);
+        let holds = if (seen >> 32) as u32 == cpu { seen as u32 + 1 } else { 1 };
+        if holds >= PUSHER_MOVED_HOLDS {
+            self.publisher_cpu.store(cpu, Ordering::Relaxed);
+            self.pusher_elsewhere.store(0, Ordering::Relaxed);
+        } else {
+            self.pusher_elsewhere.store(u64::from(cpu) << 32 | u64::from(holds), Ordering::Relaxed);
+        }
     }
 
     /// Puts `op` on the deque of the worker `local` (a nested push from a
@@ -679,6 +724,12 @@ impl Executor for PerDeviceExecutor {
         false
     }
 
+    fn note_throttled_pusher(&self) {
+        if let Some(cpu) = current_cpu() {
+            self.shared.follow_throttled_pusher(cpu as u32);
+        }
+    }
+
     fn stop(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.sleep.notify_all();
@@ -715,6 +766,48 @@ impl Executor for PerDeviceExecutor {
 /// stands for a body that waits on another operation, which only another
 /// worker can then run: a wake-up the executor forgets leaves every thread
 /// blocked, which loom reports as a deadlock.
+#[cfg(all(test, not(depengine_loom)))]
+mod tests {
+    use super::*;
+    use crate::topology::{Cpu, TopologySource};
+
+    /// Two workers pinned to CPUs 0 and 1 (not started: the rule below
+    /// needs no thread).
+    fn pinned_pair() -> Arc<Shared> {
+        let cpus = (0..2).map(|os_index| Cpu { os_index, node: 0 }).collect();
+        let topology = Topology { cpus, nodes: 1, source: TopologySource::Unknown };
+        PerDeviceExecutor::new(topology, 2, 0, true, Duration::ZERO).shared.clone()
+    }
+
+    /// The CPU whose worker repels chains follows a pusher held at the
+    /// cap on another CPU at two holds in a row there: not before anything
+    /// was published, not at one hold, not across a hold back where it was
+    /// or on a third CPU; and then the worker pinned to the new CPU is the
+    /// one that hands its successors to a spinner.
+    #[test]
+    fn a_pusher_held_twice_in_a_row_on_another_cpu_is_followed() {
+        let shared = pinned_pair();
+        let repelling = || shared.publisher_cpu.load(Ordering::Relaxed);
+        shared.follow_throttled_pusher(1);
+        shared.follow_throttled_pusher(1);
+        assert_eq!(repelling(), u32::MAX, "followed before the first publish noted a CPU");
+        shared.publisher_cpu.store(0, Ordering::Relaxed);
+        shared.follow_throttled_pusher(1);
+        assert_eq!(repelling(), 0, "followed at one hold elsewhere");
+        shared.follow_throttled_pusher(0);
+        shared.follow_throttled_pusher(1);
+        assert_eq!(repelling(), 0, "a hold back on CPU 0 did not end the run on CPU 1");
+        shared.follow_throttled_pusher(2);
+        shared.follow_throttled_pusher(1);
+        assert_eq!(repelling(), 0, "a hold on CPU 2 did not end the run on CPU 1");
+        shared.follow_throttled_pusher(1);
+        assert_eq!(repelling(), 1, "not followed at two holds in a row on CPU 1");
+        assert!(shared.sleep.try_start_spinning(), "a spinner");
+        assert!(shared.shed_to_idle(1) && !shared.shed_to_idle(0), "the worker on the pusher's new CPU repels chains");
+        shared.sleep.stop_spinning();
+    }
+}
+
 #[cfg(all(test, depengine_loom))]
 mod loom_models {
     use super::*;

@@ -25,9 +25,9 @@
 //!   (`PendingCounter::sleep_until_finished`), and [`SLEEP_LIMIT`] bounds a
 //!   sleep that no completion ends.
 //! - **Where the pusher runs.** Each hold first tells the executor
-//!   (`Executor::note_throttled_pusher`): per_device's workers repel
-//!   dependency chains from the pusher's CPU, and follow it there when the
-//!   OS has moved it.
+//!   (`Executor::note_throttled_pusher`): per_device's worker on the
+//!   pusher's CPU hands dependency chains to an idle worker, and which CPU
+//!   that is follows the pusher when the OS moves it.
 //! - **Never stuck.** A program may hold completions on purpose and signal
 //!   them only after pushing more. The wait therefore gives up after
 //!   [`IDLE_LIMIT`] yields during which the count did not fall and the

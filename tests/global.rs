@@ -6,9 +6,23 @@ use std::sync::Mutex;
 
 static ENV: Mutex<()> = Mutex::new(());
 
+/// Takes this test's turn at the environment and clears every
+/// `DEPENGINE_*` variable in it, the ones the caller of `cargo test` set
+/// included (`DEPENGINE_SHUFFLE_SEED=3 cargo test` must not change what
+/// these tests read), and those an earlier test left.
+fn clean_env() -> std::sync::MutexGuard<'static, ()> {
+    let turn = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(|n| n.starts_with("DEPENGINE_")) {
+            std::env::remove_var(name);
+        }
+    }
+    turn
+}
+
 #[test]
 fn global_engine_reads_the_environment() {
-    let _turn = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = clean_env();
     std::env::set_var("DEPENGINE_ENGINE_TYPE", "bogus");
     assert!(matches!(EngineBuilder::from_env(), Err(EngineError::Config(m)) if m.contains("bogus")));
     std::env::set_var("DEPENGINE_ENGINE_TYPE", "pooled");
@@ -30,8 +44,7 @@ fn global_engine_reads_the_environment() {
 /// The observability variables.
 #[test]
 fn observability_is_configured_from_the_environment() {
-    let _turn = ENV.lock().unwrap_or_else(|e| e.into_inner());
-    std::env::remove_var("DEPENGINE_SPIN_US"); // the other test may have left it invalid
+    let _turn = clean_env();
     let dir = std::env::temp_dir().join(format!("depengine-env-profile-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("env.json");
@@ -63,8 +76,7 @@ fn observability_is_configured_from_the_environment() {
 /// with or without it, so a bad value is an error on every build.
 #[test]
 fn gpu_ring_sizes_are_read_and_checked() {
-    let _turn = ENV.lock().unwrap_or_else(|e| e.into_inner());
-    std::env::remove_var("DEPENGINE_SPIN_US");
+    let _turn = clean_env();
     for name in ["DEPENGINE_GPU_COMPUTE_WORKERS", "DEPENGINE_GPU_PRIORITY_WORKERS", "DEPENGINE_GPU_COPY_WORKERS"] {
         std::env::set_var(name, "two");
         assert!(matches!(EngineBuilder::from_env(), Err(EngineError::Config(m)) if m.contains(name)), "{name}");

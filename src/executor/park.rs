@@ -587,7 +587,9 @@ mod tests {
         );
         assert_eq!(found, Spun::Found);
         assert_eq!((asked.get(), polls.get()), (2, 4));
-        // Never reappearing: the spin runs out.
+        // Never reappearing: the spin runs out. (Present at the first poll
+        // only: a second poll that found it still there would take it if
+        // the grace had passed in between, as it can on a busy machine.)
         let (polls, spin) = (Cell::new(0u32), Duration::from_millis(1));
         let start = Instant::now();
         let found = sleep.spin_with_grace(
@@ -595,7 +597,7 @@ mod tests {
             || false,
             || {
                 polls.set(polls.get() + 1);
-                polls.get() <= 2
+                polls.get() == 1
             },
             || true,
         );

@@ -309,7 +309,10 @@ impl EngineBuilder {
     /// block and no queue, as libgomp runs an undeferred task: queuing it
     /// would only send it to another core and then wait (`nodeps` at W=0
     /// about 2.3 times as fast; PERF.md, "…, second round" and "…, fifth
-    /// round"). It still takes a ticket
+    /// round"). Once one has run so, such pushes go on running inside
+    /// themselves until the workers have drained the pending count to half
+    /// the cap (`nodeps` at W=0 another quarter faster; PERF.md,
+    /// "2026-11-27, sixth session"). It still takes a ticket
     /// ([`RunContext::ticket`](crate::RunContext::ticket)) and
     /// fails like any operation. On the `naive` engine and in
     /// random-order mode, a held pusher runs ready operations itself, like

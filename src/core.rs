@@ -102,6 +102,14 @@ pub(crate) struct Core {
     pub(crate) diagnosis: Option<Diagnosis>,
     /// The pending-operation cap (0: none); see `throttle.rs`.
     pub(crate) max_pending: u64,
+    /// Set when a push at the cap ran its body unqueued; cleared when a
+    /// push finds the pending count down to half the cap
+    /// ([`Core::unqueued_ticket`]). Read by every push with no variables
+    /// and written only by pushers, and rarely: on a line of its own, so
+    /// that those reads stay in the pushers' caches. An estimate that
+    /// orders nothing: a std atomic, which loom does not explore, as for
+    /// the drain rate.
+    unqueued_to_low_water: CachePadded<std::sync::atomic::AtomicBool>,
     /// The GPU rings (none without a device) and the fences' lanes.
     #[cfg(feature = "cuda")]
     pub(crate) gpu: Arc<crate::gpu::GpuRings>,
@@ -145,6 +153,7 @@ impl Core {
             profiler: Profiler::new(workers, b.profile_events),
             diagnosis,
             max_pending: b.max_pending,
+            unqueued_to_low_water: CachePadded::new(std::sync::atomic::AtomicBool::new(false)),
             #[cfg(feature = "cuda")]
             gpu,
             #[cfg(feature = "cuda")]
@@ -338,16 +347,34 @@ impl Core {
     /// to the cap), with the profiler and diagnosis off (they watch queued
     /// operations), and only when no other thread is combining (taking the
     /// ticket never waits). `None`: push it the usual way.
+    ///
+    /// Once one has run so, such pushes go on running unqueued until the
+    /// pending count is down to half the cap, not only while it is at the
+    /// cap: at the cap every other one of them would be queued as soon as
+    /// a completion made room, paying the hand-off (about 60 ns of the
+    /// pusher's time on the two-core hosts, against 11 for a run inside
+    /// the push) only to meet the cap again at the next push. Half the cap
+    /// still queued keeps the workers busy meanwhile (PERF.md, "2026-11-27,
+    /// sixth session": `nodeps` at W=0 0.75 of its time on both threaded
+    /// engines, W=1000 unchanged).
     #[inline]
     pub(crate) fn unqueued_ticket(&self, opts: &PushOpts) -> Result<Option<UnqueuedTicket>, EngineError> {
-        if self.max_pending == 0
-            || opts.prop != FnProperty::Normal
-            || opts.ctx.is_gpu()
-            || !self.pending_reached(self.max_pending - 1)
-        {
+        if self.max_pending == 0 || opts.prop != FnProperty::Normal || opts.ctx.is_gpu() {
             return Ok(None);
         }
-        self.unqueued_ticket_at_cap()
+        let to_low_water = self.unqueued_to_low_water.load(std::sync::atomic::Ordering::Relaxed);
+        let limit = if to_low_water { (self.max_pending / 2).min(self.max_pending - 1) } else { self.max_pending - 1 };
+        if !self.pending_reached(limit) {
+            if to_low_water {
+                self.unqueued_to_low_water.store(false, std::sync::atomic::Ordering::Relaxed);
+            }
+            return Ok(None);
+        }
+        let ticket = self.unqueued_ticket_at_cap()?;
+        if ticket.is_some() && !to_low_water {
+            self.unqueued_to_low_water.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(ticket)
     }
 
     #[inline(never)]

@@ -180,3 +180,64 @@ fn an_operation_run_inside_its_push_keeps_its_ticket_and_its_failure() {
         assert!(s.ran_elsewhere >= 3, "{kind:?}: {s:?}");
     }
 }
+
+/// Once a push at the cap has run its body inside the push, pushes with no
+/// variables go on doing so until the pending count is down to half the
+/// cap, not only while it is at the cap; below half they are queued again,
+/// and from then on only the cap itself sends them inside their pushes.
+/// Operations whose completions the test holds set the count exactly.
+#[test]
+fn pushes_run_inside_until_half_the_cap_has_drained() {
+    const SMALL_CAP: u64 = 8;
+    for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
+        let engine = Engine::builder().kind(kind).cpu_workers(1).max_pending(SMALL_CAP).build().unwrap();
+        let held: Arc<Mutex<Vec<Completion>>> = Arc::default();
+        let hold = |n: usize| {
+            let before = held.lock().unwrap().len();
+            for _ in 0..n {
+                let h = held.clone();
+                engine.push_async(move |_, done| h.lock().unwrap().push(done), &[], &[]).unwrap();
+            }
+            assert!(common::eventually(Duration::from_secs(10), || held.lock().unwrap().len() == before + n));
+        };
+        let release = |n: usize| {
+            let batch: Vec<Completion> = {
+                let mut h = held.lock().unwrap();
+                let at = h.len() - n;
+                h.drain(at..).collect()
+            };
+            batch.into_iter().for_each(Completion::signal);
+        };
+        let settle = |pending: u64| {
+            assert!(
+                common::eventually(Duration::from_secs(10), || engine.pending() == pending),
+                "{kind:?}: {} pending, waiting for {pending}",
+                engine.pending()
+            );
+        };
+        let pusher = std::thread::current().id();
+        let ran_on: Arc<Mutex<Vec<(&str, ThreadId)>>> = Arc::default();
+        let inside = |name: &'static str| {
+            let r = ran_on.clone();
+            engine.push_sync(move |_| r.lock().unwrap().push((name, std::thread::current().id())), &[], &[]).unwrap();
+            ran_on.lock().unwrap().contains(&(name, pusher))
+        };
+        hold(SMALL_CAP as usize - 1);
+        settle(SMALL_CAP - 1);
+        assert!(inside("at the cap"), "{kind:?}");
+        release(2);
+        settle(SMALL_CAP - 3);
+        assert!(inside("drained, but not to half"), "{kind:?}: queued at {} pending", SMALL_CAP - 3);
+        release(2);
+        settle(SMALL_CAP - 5);
+        assert!(!inside("under half"), "{kind:?}: ran inside at {} pending", SMALL_CAP - 5);
+        settle(SMALL_CAP - 5);
+        hold(2);
+        settle(SMALL_CAP - 3);
+        assert!(!inside("under the cap, after the drain"), "{kind:?}: ran inside at {} pending", SMALL_CAP - 3);
+        let rest = held.lock().unwrap().len();
+        release(rest);
+        engine.wait_all().unwrap();
+        assert_eq!(ran_on.lock().unwrap().len(), 4, "{kind:?}");
+    }
+}

@@ -146,9 +146,10 @@ pub(crate) trait Executor: Send + Sync {
     fn note_throttled_pusher(&self) {}
 
     /// Whether a synchronous `Normal` CPU push with no variables that would
-    /// take the engine to the pending cap runs its body on the pushing
-    /// thread, inside the push (`Core::unqueued_ticket`), instead of
-    /// queuing it and then waiting at the cap.
+    /// take the engine to the pending cap (and those after it until half
+    /// the cap has drained) runs its body on the pushing thread, inside the
+    /// push (`Core::unqueued_ticket`), instead of queuing it and then
+    /// waiting at the cap.
     fn runs_inline_over_cap(&self) -> bool {
         false
     }

@@ -12,7 +12,8 @@
 //!   operation ready runs it itself, which throttles a pusher racing ahead;
 //! - **at the pending cap**, a synchronous `Normal` push with no variables
 //!   runs its body on the pusher, inside the push, with no block and no
-//!   queue (`Core::unqueued_ticket`).
+//!   queue, and so do those after it until half the cap has drained
+//!   (`Core::unqueued_ticket`).
 //!
 //! Idle workers spin for the configured time, then park (`park.rs`). A
 //! push from a thread that has just waited on the engine (`wait_var`,

@@ -311,7 +311,7 @@ impl EngineBuilder {
     /// about 2.3 times as fast; PERF.md, "…, second round" and "…, fifth
     /// round"). Once one has run so, such pushes go on running inside
     /// themselves until the workers have drained the pending count to half
-    /// the cap (`nodeps` at W=0 another quarter faster; PERF.md,
+    /// the cap (`nodeps` at W=0 about a fifth faster again; PERF.md,
     /// "2026-11-27, sixth session"). It still takes a ticket
     /// ([`RunContext::ticket`](crate::RunContext::ticket)) and
     /// fails like any operation. On the `naive` engine and in

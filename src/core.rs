@@ -26,10 +26,11 @@ use crate::var_queue::VarBlock;
 use crate::wait::{FirstError, Helper, PendingCounter, WaitSlot};
 use crossbeam_utils::CachePadded;
 use std::cell::Cell;
+use std::sync::atomic as std_atomic;
 use std::sync::Arc;
 
 /// Engine ids, so that a variable of one engine is recognised by another.
-static NEXT_ENGINE_ID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
+static NEXT_ENGINE_ID: std_atomic::AtomicU32 = std_atomic::AtomicU32::new(1);
 
 crate::sync::thread_local! {
     /// The operation whose body this thread is running (core, op; op is
@@ -109,7 +110,7 @@ pub(crate) struct Core {
     /// that those reads stay in the pushers' caches. An estimate that
     /// orders nothing: a std atomic, which loom does not explore, as for
     /// the drain rate.
-    unqueued_to_low_water: CachePadded<std::sync::atomic::AtomicBool>,
+    unqueued_to_low_water: CachePadded<std_atomic::AtomicBool>,
     /// The GPU rings (none without a device) and the fences' lanes.
     #[cfg(feature = "cuda")]
     pub(crate) gpu: Arc<crate::gpu::GpuRings>,
@@ -132,7 +133,7 @@ impl Core {
             Diagnosis::new(after, handler)
         });
         Core {
-            id: NEXT_ENGINE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            id: NEXT_ENGINE_ID.fetch_add(1, std_atomic::Ordering::Relaxed),
             // Blocks are given back on workers and taken on pushers.
             oprs: Pool::new().prefetching(workers > 0),
             op_blocks_mine: ThreadCaches::default(),
@@ -153,7 +154,7 @@ impl Core {
             profiler: Profiler::new(workers, b.profile_events),
             diagnosis,
             max_pending: b.max_pending,
-            unqueued_to_low_water: CachePadded::new(std::sync::atomic::AtomicBool::new(false)),
+            unqueued_to_low_water: CachePadded::new(std_atomic::AtomicBool::new(false)),
             #[cfg(feature = "cuda")]
             gpu,
             #[cfg(feature = "cuda")]
@@ -355,24 +356,24 @@ impl Core {
     /// pusher's time on the two-core hosts, against 11 for a run inside
     /// the push) only to meet the cap again at the next push. Half the cap
     /// still queued keeps the workers busy meanwhile (PERF.md, "2026-11-27,
-    /// sixth session": `nodeps` at W=0 0.75 of its time on both threaded
-    /// engines, W=1000 unchanged).
+    /// sixth session": `nodeps` at W=0 0.78–0.80 of its time on both
+    /// threaded engines, W=1000 unchanged).
     #[inline]
     pub(crate) fn unqueued_ticket(&self, opts: &PushOpts) -> Result<Option<UnqueuedTicket>, EngineError> {
         if self.max_pending == 0 || opts.prop != FnProperty::Normal || opts.ctx.is_gpu() {
             return Ok(None);
         }
-        let to_low_water = self.unqueued_to_low_water.load(std::sync::atomic::Ordering::Relaxed);
+        let to_low_water = self.unqueued_to_low_water.load(std_atomic::Ordering::Relaxed);
         let limit = if to_low_water { (self.max_pending / 2).min(self.max_pending - 1) } else { self.max_pending - 1 };
         if !self.pending_reached(limit) {
             if to_low_water {
-                self.unqueued_to_low_water.store(false, std::sync::atomic::Ordering::Relaxed);
+                self.unqueued_to_low_water.store(false, std_atomic::Ordering::Relaxed);
             }
             return Ok(None);
         }
         let ticket = self.unqueued_ticket_at_cap()?;
         if ticket.is_some() && !to_low_water {
-            self.unqueued_to_low_water.store(true, std::sync::atomic::Ordering::Relaxed);
+            self.unqueued_to_low_water.store(true, std_atomic::Ordering::Relaxed);
         }
         Ok(ticket)
     }

@@ -231,6 +231,7 @@ fn pushes_run_inside_until_half_the_cap_has_drained() {
         release(2);
         settle(SMALL_CAP - 5);
         assert!(!inside("under half"), "{kind:?}: ran inside at {} pending", SMALL_CAP - 5);
+        // The queued one finishes on the worker.
         settle(SMALL_CAP - 5);
         hold(2);
         settle(SMALL_CAP - 3);

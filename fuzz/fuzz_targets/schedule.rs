@@ -372,7 +372,7 @@ fuzz_target!(|data: &[u8]| {
     let seed = data.iter().fold(0xCBF2_9CE4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01B3));
     let shuffled = Arc::new(Engine::builder().shuffle_seed(seed).build().expect("engine"));
     let mut reference: Option<Observed> = None;
-    let all = engines().iter().map(|(kind, engine)| (kind.name(), engine)).chain([("shuffle", &shuffled)]);
+    let all = engines().iter().map(|(name, engine)| (*name, engine)).chain([("shuffle", &shuffled)]);
     for (kind, engine) in all {
         let seen = run_program(kind, engine, steps);
         match &reference {

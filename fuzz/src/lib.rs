@@ -11,28 +11,32 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// operation body). Any other panic is a finding.
 pub const INTENDED_PANIC: &str = "fuzz: intended panic";
 
-/// The engines every input runs on, `naive` (the reference) first, each with
-/// two CPU workers where it has workers. Built once and reused, so pools and
-/// worker state carry over from input to input as in a long-lived program.
-pub fn engines() -> &'static [(EngineKind, Arc<Engine>)] {
-    static ENGINES: OnceLock<Vec<(EngineKind, Arc<Engine>)>> = OnceLock::new();
+/// The engines every input runs on, by name, `naive` (the reference) first,
+/// each with two CPU workers where it has workers. Built once and reused, so
+/// pools and worker state carry over from input to input as in a
+/// long-lived program.
+pub fn engines() -> &'static [(&'static str, Arc<Engine>)] {
+    static ENGINES: OnceLock<Vec<(&'static str, Arc<Engine>)>> = OnceLock::new();
     ENGINES.get_or_init(|| {
         quiet_intended_panics();
-        EngineKind::ALL
-            .iter()
-            .map(|&kind| {
-                let mut b = Engine::builder().kind(kind).cpu_workers(2);
-                if kind == EngineKind::Pooled {
-                    // Hang diagnosis on (its threshold never reached), so
-                    // that its hooks meet every interleaving too.
-                    b = b.hang_report(std::time::Duration::from_secs(3600));
-                }
-                // And the profiler recording, in small rings.
-                let engine = b.profile_events(1024).build().expect("engine");
-                engine.start_profiling();
-                (kind, Arc::new(engine))
-            })
-            .collect()
+        let observed = EngineKind::ALL.iter().map(|&kind| {
+            let mut b = Engine::builder().kind(kind).cpu_workers(2);
+            if kind == EngineKind::Pooled {
+                // Hang diagnosis on (its threshold never reached), so
+                // that its hooks meet every interleaving too.
+                b = b.hang_report(std::time::Duration::from_secs(3600));
+            }
+            // And the profiler recording, in small rings.
+            let engine = b.profile_events(1024).build().expect("engine");
+            engine.start_profiling();
+            (kind.name(), Arc::new(engine))
+        });
+        // With observers off and a pending cap of 4, which most programs
+        // reach: a pusher held at the cap, and synchronous pushes with no
+        // variables run inside their pushes (which the observers turn off),
+        // meet every interleaving too.
+        let capped = Engine::builder().kind(EngineKind::PerDevice).cpu_workers(2).max_pending(4).build();
+        observed.chain([("per_device, cap 4", Arc::new(capped.expect("engine")))]).collect()
     })
 }
 

@@ -758,14 +758,6 @@ impl Executor for PerDeviceExecutor {
     }
 }
 
-/// Loom models of the per_device workers' hand-offs (`--cfg
-/// depengine_loom`; see `loom_tests/README.md`): finding work, spinning,
-/// parking and waking around the injector and the deques (their loom twin,
-/// `deque.rs`), as `Shared::work` runs them. An operation's body is a
-/// closure here; one that blocks until another operation has been taken
-/// stands for a body that waits on another operation, which only another
-/// worker can then run: a wake-up the executor forgets leaves every thread
-/// blocked, which loom reports as a deadlock.
 #[cfg(all(test, not(depengine_loom)))]
 mod tests {
     use super::*;
@@ -808,6 +800,14 @@ mod tests {
     }
 }
 
+/// Loom models of the per_device workers' hand-offs (`--cfg
+/// depengine_loom`; see `loom_tests/README.md`): finding work, spinning,
+/// parking and waking around the injector and the deques (their loom twin,
+/// `deque.rs`), as `Shared::work` runs them. An operation's body is a
+/// closure here; one that blocks until another operation has been taken
+/// stands for a body that waits on another operation, which only another
+/// worker can then run: a wake-up the executor forgets leaves every thread
+/// blocked, which loom reports as a deadlock.
 #[cfg(all(test, depengine_loom))]
 mod loom_models {
     use super::*;

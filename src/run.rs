@@ -301,6 +301,11 @@ impl Core {
             for next in granted.by_ref() {
                 self.grant(next, meta.ticket);
             }
+            // What this variable's next completion grants, most often on
+            // this thread an operation from now: its block's lines, which
+            // the pusher wrote, start on their way here, a whole operation
+            // before `grant`'s decrement would wait for them.
+            self.oprs.prefetch(granted.behind());
             freed.append(&self.blocks, granted.take_freed());
             if matches!(meta.kind, OprKind::DeleteVar) {
                 // The deletion held the variable's last access.

@@ -2,7 +2,7 @@
 
 use crate::pool::{Pool, Pooled, NIL};
 use crate::sweep::{SweepBatch, SweepCache};
-use crate::sync::{AtomicU32, AtomicU8, Ordering, UnsafeCell};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU8, Ordering, UnsafeCell};
 
 /// A block's `status`: the unfilled sentinel, behind something running or
 /// queued.
@@ -23,11 +23,17 @@ pub(crate) struct VarBlock {
     opr: UnsafeCell<u32>,
     /// `EMPTY`, `READ`, `WRITE`, `IDLE` or `READING` (module docs).
     status: AtomicU8,
-    /// The next block in the chain (`NIL` for the sentinel).
-    next: UnsafeCell<u32>,
-    /// The pool's free list (`next` is a plain word, which a racing pool
-    /// `take` must not read).
-    free_link: AtomicU32,
+    /// The next block in the chain (`NIL` for the sentinel), and the pool's
+    /// free-list link while the block is free. Ordered by `status` like
+    /// `opr`; atomic (relaxed) only because a racing pool `take` may read
+    /// it as the link of a block that was taken again meanwhile.
+    next: AtomicU32,
+    /// A hint for the granter: the operation queued right behind this
+    /// block's, written by the appender when it queues that one (`NIL`:
+    /// none queued yet). It may be stale and decides nothing; the granter
+    /// prefetches that operation's block ("The next in line" in the
+    /// module docs).
+    behind: AtomicU32,
 }
 
 impl Default for VarBlock {
@@ -35,15 +41,15 @@ impl Default for VarBlock {
         VarBlock {
             opr: UnsafeCell::new(NIL),
             status: AtomicU8::new(EMPTY),
-            next: UnsafeCell::new(NIL),
-            free_link: AtomicU32::new(NIL),
+            next: AtomicU32::new(NIL),
+            behind: AtomicU32::new(NIL),
         }
     }
 }
 
 impl Pooled for VarBlock {
     fn free_link(&self) -> &AtomicU32 {
-        &self.free_link
+        &self.next
     }
 
     const PREFETCH_LINES: usize = 1;
@@ -63,7 +69,7 @@ impl VarBlock {
     #[inline(always)]
     unsafe fn read(&self) -> (u32, u32) {
         // SAFETY: forwarded to the caller: no one writes the block meanwhile.
-        unsafe { (self.opr.with(|p| *p), self.next.with(|p| *p)) }
+        unsafe { (self.opr.with(|p| *p), self.next.load(Ordering::Relaxed)) }
     }
 }
 
@@ -75,11 +81,22 @@ pub(crate) struct QueueTail {
     /// appender; atomic (relaxed) so that a waiter may peek at it
     /// ([`VarQueue::looks_busy`]) without being the appender.
     sentinel: AtomicU32,
+    /// The block of the access queued last, whose `behind` the next queued
+    /// access fills in (`NIL` once an access was granted at once: nothing
+    /// queued there). Appender-only; it may name a block granted and given
+    /// back since, which is harmless for a hint.
+    queued_last: AtomicU32,
+    /// Whether that access is a read.
+    queued_last_reads: AtomicBool,
 }
 
 impl Default for QueueTail {
     fn default() -> Self {
-        QueueTail { sentinel: AtomicU32::new(NIL) }
+        QueueTail {
+            sentinel: AtomicU32::new(NIL),
+            queued_last: AtomicU32::new(NIL),
+            queued_last_reads: AtomicBool::new(false),
+        }
     }
 }
 
@@ -139,15 +156,23 @@ pub(crate) struct Granted<'a> {
     next: u32,
     left: u32,
     freed: SweepBatch,
+    behind: u32,
 }
 
 impl<'a> Granted<'a> {
-    fn new(blocks: &'a Pool<VarBlock>, next: u32, left: u32) -> Self {
-        Granted { blocks, next, left, freed: SweepBatch::EMPTY }
+    fn new(blocks: &'a Pool<VarBlock>, next: u32, left: u32, behind: u32) -> Self {
+        Granted { blocks, next, left, freed: SweepBatch::EMPTY, behind }
     }
 
     fn none(blocks: &'a Pool<VarBlock>) -> Self {
-        Self::new(blocks, NIL, 0)
+        Self::new(blocks, NIL, 0, NIL)
+    }
+
+    /// A hint: the operation queued right behind the granted group, which
+    /// the group's completion will most likely grant next (`NIL`: none
+    /// known). Possibly stale; for prefetching only.
+    pub(crate) fn behind(&self) -> u32 {
+        self.behind
     }
 
     /// The blocks of the operations granted so far, now the caller's to give back.
@@ -202,8 +227,9 @@ impl<'a> VarQueue<'a> {
             let s = blocks.take();
             self.tail.sentinel.store(s, Ordering::Relaxed);
             let block = blocks.get(s);
-            block.next.with_mut(|p| *p = NIL);
+            block.next.store(NIL, Ordering::Relaxed);
             block.status.store(IDLE, Ordering::Relaxed);
+            self.tail.queued_last.store(NIL, Ordering::Relaxed);
             self.head.first_waiting.with_mut(|p| *p = s);
         }
     }
@@ -221,6 +247,7 @@ impl<'a> VarQueue<'a> {
                 blocks.give(s);
             }
             self.tail.sentinel.store(NIL, Ordering::Relaxed);
+            self.tail.queued_last.store(NIL, Ordering::Relaxed);
             self.head.first_waiting.with_mut(|p| *p = NIL);
         }
     }
@@ -242,21 +269,24 @@ impl<'a> VarQueue<'a> {
             // alone; it stays the sentinel (nothing is queued).
             IDLE => {
                 self.start_alone(s, write);
+                self.hint_nothing_queued();
                 return true;
             }
-            READING if !write && self.join_reads() => return true,
+            READING if !write && self.join_reads() => {
+                self.hint_nothing_queued();
+                return true;
+            }
             _ => {}
         }
         // Queue it: fill the sentinel, link a fresh one behind it, publish.
         let spare = spares.take(blocks);
         let fresh = blocks.get(spare);
-        // SAFETY: the spare was just taken; the sentinel is unpublished and
-        // appender-owned (a granter reads its fields only once filled).
-        unsafe {
-            fresh.next.with_mut(|p| *p = NIL);
-            s.opr.with_mut(|p| *p = opr);
-            s.next.with_mut(|p| *p = spare);
-        }
+        fresh.next.store(NIL, Ordering::Relaxed);
+        // SAFETY: the sentinel is unpublished and appender-owned (a granter
+        // reads its fields only once filled).
+        unsafe { s.opr.with_mut(|p| *p = opr) };
+        s.next.store(spare, Ordering::Relaxed);
+        self.hint_queued(blocks, sentinel, s, opr, write);
         self.tail.sentinel.store(spare, Ordering::Relaxed);
         fresh.status.store(EMPTY, Ordering::Relaxed);
         // Once published the block may be granted, given back and reused at
@@ -273,8 +303,39 @@ impl<'a> VarQueue<'a> {
         // sentinel next: us.
         unsafe { self.head.first_waiting.with_mut(|p| *p = spare) };
         self.start_alone(fresh, write);
+        self.hint_nothing_queued();
         blocks.give(sentinel);
         true
+    }
+
+    /// Fills in the hint of "The next in line" (module docs) for operation
+    /// `opr`, being queued in block `s` (index `sentinel`, not yet
+    /// published): the block queued before it names it, unless both are
+    /// reads (granted in one group, so that the group's last block is the
+    /// one whose hint is read), and it names nothing yet. Left out under
+    /// loom, like every hint.
+    #[inline(always)]
+    fn hint_queued(self, blocks: &Pool<VarBlock>, sentinel: u32, s: &VarBlock, opr: u32, write: bool) {
+        if cfg!(depengine_loom) {
+            return;
+        }
+        s.behind.store(NIL, Ordering::Relaxed);
+        let before = self.tail.queued_last.load(Ordering::Relaxed);
+        let reads = !write;
+        if before != NIL && !(reads && self.tail.queued_last_reads.load(Ordering::Relaxed)) {
+            blocks.get(before).behind.store(opr, Ordering::Relaxed);
+        }
+        self.tail.queued_last.store(sentinel, Ordering::Relaxed);
+        self.tail.queued_last_reads.store(reads, Ordering::Relaxed);
+    }
+
+    /// An access was granted at once: no queued block is there to name the
+    /// next one queued.
+    #[inline(always)]
+    fn hint_nothing_queued(self) {
+        if !cfg!(depengine_loom) && self.tail.queued_last.load(Ordering::Relaxed) != NIL {
+            self.tail.queued_last.store(NIL, Ordering::Relaxed);
+        }
     }
 
     /// Starts an access on a queue with nothing running or waiting, whose
@@ -371,12 +432,14 @@ impl<'a> VarQueue<'a> {
         // SAFETY: filled and ours (granter), per the caller.
         let (_, mut next) = unsafe { f.read() };
         let mut count = 1;
+        let mut last = f;
         if status == READ {
             loop {
                 let b = blocks.get(next);
                 match b.status.load(Ordering::Acquire) {
                     READ => {
                         count += 1;
+                        last = b;
                         // SAFETY: filled (seen with acquire) and not granted.
                         next = unsafe { b.read() }.1;
                     }
@@ -389,7 +452,7 @@ impl<'a> VarQueue<'a> {
                         // SAFETY: granter-owned until the CAS below lands.
                         unsafe { self.head.first_waiting.with_mut(|p| *p = next) };
                         if b.status.compare_exchange(EMPTY, READING, Ordering::AcqRel, Ordering::Acquire).is_ok() {
-                            return Granted::new(blocks, first, count);
+                            return Granted::new(blocks, first, count, NIL);
                         }
                         // Filled meanwhile: look at it again.
                     }
@@ -403,7 +466,10 @@ impl<'a> VarQueue<'a> {
         // The next granter (the completion of what is granted here) starts
         // at `next`: a block the appender wrote last.
         blocks.prefetch(next);
-        Granted::new(blocks, first, count)
+        // The operation in `next`, if the appender has named it already:
+        // read from the last granted block's line, which is here anyway.
+        let behind = if cfg!(depengine_loom) { NIL } else { last.behind.load(Ordering::Relaxed) };
+        Granted::new(blocks, first, count, behind)
     }
 
     /// Whether an access appended now would be granted at once with
@@ -534,6 +600,49 @@ mod tests {
         }
         assert!(!q.looks_busy(&blocks, true), "a released queue (no sentinel) does not look busy");
         spares.give_back(&blocks);
+    }
+
+    /// A completion learns which operation is queued right behind what it
+    /// grants, from the block it reads anyway: a write names the access
+    /// after it, a run of reads the write after the run, and nothing is
+    /// named that was not queued yet when the grant was made.
+    #[test]
+    fn a_grant_names_the_operation_queued_behind_it() {
+        let blocks = Pool::new();
+        let h = halves(&blocks);
+        let q = h.queue();
+        let mut spares = SweepCache::default();
+        let grant = |granted: Granted<'_>| {
+            let behind = granted.behind();
+            (granted.collect::<Vec<_>>(), behind)
+        };
+        // SAFETY: single-threaded; every completion matches a granted access.
+        unsafe {
+            assert!(q.append(&blocks, &mut spares, 1, true), "granted at once");
+            for (op, write) in [(2, true), (3, true), (4, false), (5, false), (6, true)] {
+                assert!(!q.append(&blocks, &mut spares, op, write));
+            }
+            assert_eq!(grant(q.complete_write(&blocks)), (vec![2], 3));
+            assert_eq!(grant(q.complete_write(&blocks)), (vec![3], 4));
+            assert_eq!(grant(q.complete_write(&blocks)), (vec![4, 5], 6), "the write after the reads");
+            assert_eq!(grant(q.complete_read(&blocks)), (vec![], NIL));
+            assert_eq!(grant(q.complete_read(&blocks)), (vec![6], NIL), "nothing queued behind yet");
+            assert!(!q.append(&blocks, &mut spares, 7, true));
+            assert_eq!(grant(q.complete_write(&blocks)), (vec![7], NIL), "queued after the grant that passed it");
+            assert_eq!(grant(q.complete_write(&blocks)), (vec![], NIL));
+            // Idle again: the access granted at once has no block, so the
+            // first one queued behind it is named by no one.
+            assert!(q.append(&blocks, &mut spares, 8, true));
+            assert!(!q.append(&blocks, &mut spares, 9, true));
+            assert!(!q.append(&blocks, &mut spares, 10, true));
+            assert_eq!(grant(q.complete_write(&blocks)), (vec![9], 10));
+            assert_eq!(grant(q.complete_write(&blocks)), (vec![10], NIL));
+            assert_eq!(grant(q.complete_write(&blocks)), (vec![], NIL));
+            assert!(q.is_idle(&blocks));
+            q.release(&blocks);
+        }
+        spares.give_back(&blocks);
+        assert_eq!(blocks.live(), 0, "every block returned");
     }
 
     /// One appender, two completers: every access is granted exactly once,

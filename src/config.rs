@@ -13,6 +13,7 @@
 //! | `DEPENGINE_SPIN_US` | [`EngineBuilder::spin`] | 50 µs |
 //! | `DEPENGINE_CANCEL_ON_DROP` | [`EngineBuilder::cancel_on_drop`] | `0` |
 //! | `DEPENGINE_MAX_PENDING` | [`EngineBuilder::max_pending`] | 1024 (`0`: no cap) |
+//! | `DEPENGINE_INLINE_PACE_NS` | [`EngineBuilder::inline_pace`] | 50 ns (`0`: off) |
 //! | `DEPENGINE_SHUFFLE_SEED` | [`EngineBuilder::shuffle_seed`] | unset (off) |
 //! | `DEPENGINE_SHUFFLE_WORKERS` | [`EngineBuilder::shuffle_workers`] | 0 |
 //! | `DEPENGINE_PROFILE` | [`EngineBuilder::profile`] | unset (off) |
@@ -81,6 +82,18 @@ impl EngineKind {
 /// no better.
 pub const DEFAULT_MAX_PENDING: u64 = 1_024;
 
+/// The default inline pace ([`EngineBuilder::inline_pace`]).
+///
+/// Handing an operation with no variables to a worker costs the pushing
+/// thread about 60 ns on the two-core hosts of PERF.md, and running it
+/// inside the push about 11 plus its body. A run is worth handing over
+/// once the body (with whatever the thread does between its pushes) takes
+/// about as long as that difference: runs coming faster than one per
+/// 50 ns are not. Measured at W=0, where the pace is about 13 ns, and at
+/// W=1000, where it is about 1.5 µs and nothing changes (PERF.md,
+/// "2026-11-27, eighth session").
+pub const DEFAULT_INLINE_PACE: Duration = Duration::from_nanos(50);
+
 /// Builds an [`Engine`]; every setting also has an environment variable
 /// (see the module table), read by [`EngineBuilder::from_env`].
 ///
@@ -102,6 +115,7 @@ pub struct EngineBuilder {
     pub(crate) gpu_copy_workers: usize,
     pub(crate) cancel_on_drop: bool,
     pub(crate) max_pending: u64,
+    pub(crate) inline_pace: Duration,
     pub(crate) shuffle_seed: Option<u64>,
     pub(crate) shuffle_workers: usize,
     pub(crate) profile: Option<std::path::PathBuf>,
@@ -134,6 +148,7 @@ impl Default for EngineBuilder {
             gpu_copy_workers: 1,
             cancel_on_drop: false,
             max_pending: DEFAULT_MAX_PENDING,
+            inline_pace: DEFAULT_INLINE_PACE,
             shuffle_seed: None,
             shuffle_workers: 0,
             profile: None,
@@ -194,6 +209,9 @@ impl EngineBuilder {
         }
         if let Some(n) = env_parse("DEPENGINE_MAX_PENDING")? {
             b.max_pending = n;
+        }
+        if let Some(ns) = env_parse("DEPENGINE_INLINE_PACE_NS")? {
+            b.inline_pace = Duration::from_nanos(ns);
         }
         if let Some(seed) = env_parse("DEPENGINE_SHUFFLE_SEED")? {
             b.shuffle_seed = Some(seed);
@@ -312,7 +330,9 @@ impl EngineBuilder {
     /// round"). Once one has run so, such pushes go on running inside
     /// themselves until the workers have drained the pending count to half
     /// the cap (`nodeps` at W=0 about a fifth faster again; PERF.md,
-    /// "2026-11-27, sixth session"). It still takes a ticket
+    /// "2026-11-27, sixth session"), and past that for as long as the
+    /// pushing thread's runs come faster than the inline pace
+    /// ([`inline_pace`](Self::inline_pace)). It still takes a ticket
     /// ([`RunContext::ticket`](crate::RunContext::ticket)) and
     /// fails like any operation. On the `naive` engine and in
     /// random-order mode, a held pusher runs ready operations itself, like
@@ -322,6 +342,37 @@ impl EngineBuilder {
     /// Raise the cap above the work such a program queues, or set `0`.
     pub fn max_pending(mut self, n: u64) -> Self {
         self.max_pending = n;
+        self
+    }
+
+    /// Tiny operations with no variables stay on the pushing thread: a
+    /// thread that reached the pending cap runs its synchronous pushes with
+    /// no variables inside themselves (see [`max_pending`](Self::max_pending))
+    /// until the workers have drained half the cap, and past that for as
+    /// long as those runs come faster than one per `pace`, the bodies
+    /// together with the pushes and whatever the thread does between them.
+    /// At that pace a worker's help costs the pusher more than it saves:
+    /// the default, [`DEFAULT_INLINE_PACE`], runs `nodeps` at W=0 in about
+    /// 13 ns an operation instead of 27, and leaves longer bodies to the
+    /// workers as before. Such a run still takes a ticket and fails like
+    /// any operation; the other workers park meanwhile.
+    ///
+    /// The pace is measured per thread, over windows of 64 runs with one
+    /// clock read each, as the median of the last three windows (so that
+    /// one window stretched by an interrupt does not count). When the pace
+    /// slows (longer bodies, a pause in the pushes), at most the rest of
+    /// the window in progress and the next one run inside pushes before
+    /// the pushes go back to the workers. `Duration::ZERO` turns
+    /// this off (`DEPENGINE_INLINE_PACE_NS=0`); a cap of `0` turns off every
+    /// run inside a push.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let engine = depengine::Engine::builder().inline_pace(Duration::ZERO).build().unwrap();
+    /// # drop(engine);
+    /// ```
+    pub fn inline_pace(mut self, pace: Duration) -> Self {
+        self.inline_pace = pace;
         self
     }
 

@@ -111,6 +111,9 @@ pub(crate) struct Core {
     /// orders nothing: a std atomic, which loom does not explore, as for
     /// the drain rate.
     unqueued_to_low_water: CachePadded<std_atomic::AtomicBool>,
+    /// [`EngineBuilder::inline_pace`](crate::EngineBuilder::inline_pace)
+    /// in nanoseconds (0: off).
+    inline_pace_ns: u64,
     /// The GPU rings (none without a device) and the fences' lanes.
     #[cfg(feature = "cuda")]
     pub(crate) gpu: Arc<crate::gpu::GpuRings>,
@@ -155,6 +158,7 @@ impl Core {
             diagnosis,
             max_pending: b.max_pending,
             unqueued_to_low_water: CachePadded::new(std_atomic::AtomicBool::new(false)),
+            inline_pace_ns: u64::try_from(b.inline_pace.as_nanos()).unwrap_or(u64::MAX),
             #[cfg(feature = "cuda")]
             gpu,
             #[cfg(feature = "cuda")]
@@ -358,6 +362,12 @@ impl Core {
     /// still queued keeps the workers busy meanwhile (PERF.md, "2026-11-27,
     /// sixth session": `nodeps` at W=0 0.78–0.80 of its time on both
     /// threaded engines, W=1000 unchanged).
+    ///
+    /// Below half the cap they go on running unqueued while this thread's
+    /// runs come faster than the inline pace (`inline_pace.rs`): bodies that
+    /// short cost the pusher less to run than to hand over, and the workers
+    /// they would keep busy pay nothing back (PERF.md, "2026-11-27, eighth
+    /// session": `nodeps` at W=0 0.47–0.48 of its time).
     #[inline]
     pub(crate) fn unqueued_ticket(&self, opts: &PushOpts) -> Result<Option<UnqueuedTicket>, EngineError> {
         if self.max_pending == 0 || opts.prop != FnProperty::Normal || opts.ctx.is_gpu() {
@@ -366,10 +376,13 @@ impl Core {
         let to_low_water = self.unqueued_to_low_water.load(std_atomic::Ordering::Relaxed);
         let limit = if to_low_water { (self.max_pending / 2).min(self.max_pending - 1) } else { self.max_pending - 1 };
         if !self.pending_reached(limit) {
-            if to_low_water {
-                self.unqueued_to_low_water.store(false, std_atomic::Ordering::Relaxed);
+            if !to_low_water {
+                return Ok(None);
             }
-            return Ok(None);
+            if !crate::inline_pace::quicker_than(self.inline_pace_ns) {
+                self.unqueued_to_low_water.store(false, std_atomic::Ordering::Relaxed);
+                return Ok(None);
+            }
         }
         let ticket = self.unqueued_ticket_at_cap()?;
         if ticket.is_some() && !to_low_water {

@@ -218,7 +218,11 @@ impl Engine {
     // ----- pushes ----------------------------------------------------------
 
     /// Pushes `body`, which reads `reads` and writes `writes`, with default
-    /// options; returns at once. The body may return `()` or a `Result`.
+    /// options; returns at once, unless the pending cap holds the pushing
+    /// thread or has it run a body with no variables inside the push
+    /// ([`EngineBuilder::max_pending`](crate::EngineBuilder::max_pending),
+    /// [`EngineBuilder::inline_pace`](crate::EngineBuilder::inline_pace)).
+    /// The body may return `()` or a `Result`.
     ///
     /// ```
     /// let engine = depengine::Engine::builder().build().unwrap();

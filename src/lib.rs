@@ -132,6 +132,7 @@ pub use cudarc;
 #[cfg(feature = "cuda")]
 mod gpu;
 mod inline_fn;
+mod inline_pace;
 mod operator;
 mod opr;
 mod pool;

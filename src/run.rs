@@ -138,6 +138,7 @@ impl Core {
             let outer = CURRENT_OP.with(|c| c.replace((self, UNQUEUED)));
             let outcome = catch_unwind(AssertUnwindSafe(|| body(&ctx)));
             CURRENT_OP.with(|c| c.set(outer));
+            crate::inline_pace::note_run();
             failure_of(opts.name, outcome)
         };
         if let Some(failure) = failure {

@@ -190,7 +190,14 @@ fn an_operation_run_inside_its_push_keeps_its_ticket_and_its_failure() {
 fn pushes_run_inside_until_half_the_cap_has_drained() {
     const SMALL_CAP: u64 = 8;
     for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
-        let engine = Engine::builder().kind(kind).cpu_workers(1).max_pending(SMALL_CAP).build().unwrap();
+        // The inline pace off: this is the rule without it.
+        let engine = Engine::builder()
+            .kind(kind)
+            .cpu_workers(1)
+            .max_pending(SMALL_CAP)
+            .inline_pace(Duration::ZERO)
+            .build()
+            .unwrap();
         let held: Arc<Mutex<Vec<Completion>>> = Arc::default();
         let hold = |n: usize| {
             let before = held.lock().unwrap().len();
@@ -240,5 +247,77 @@ fn pushes_run_inside_until_half_the_cap_has_drained() {
         release(rest);
         engine.wait_all().unwrap();
         assert_eq!(ran_on.lock().unwrap().len(), 4, "{kind:?}");
+    }
+}
+
+/// Below half the cap, a thread whose runs inside its pushes come faster
+/// than the inline pace goes on running its pushes with no variables inside
+/// them, even with nothing pending; once two windows of its runs
+/// (`inline_pace.rs`) came slower than the pace, the next such push with
+/// the count under half the cap is queued again.
+#[test]
+fn a_quick_pusher_goes_on_running_inside_below_half_the_cap() {
+    const SMALL_CAP: u64 = 8;
+    /// Runs per window of the pace (`inline_pace.rs`).
+    const WINDOW: usize = 64;
+    const PACE: Duration = Duration::from_millis(2);
+    for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
+        // A thread of its own: the pace is the thread's, counted from its
+        // first run inside a push.
+        std::thread::spawn(move || {
+            let engine =
+                Engine::builder().kind(kind).cpu_workers(1).max_pending(SMALL_CAP).inline_pace(PACE).build().unwrap();
+            let held: Arc<Mutex<Vec<Completion>>> = Arc::default();
+            for _ in 0..SMALL_CAP - 1 {
+                let h = held.clone();
+                engine.push_async(move |_, done| h.lock().unwrap().push(done), &[], &[]).unwrap();
+            }
+            let settle = |pending: u64| {
+                assert!(
+                    common::eventually(Duration::from_secs(10), || engine.pending() == pending),
+                    "{kind:?}: {} pending, waiting for {pending}",
+                    engine.pending()
+                );
+            };
+            assert!(
+                common::eventually(Duration::from_secs(10), || held.lock().unwrap().len() == SMALL_CAP as usize - 1)
+            );
+            settle(SMALL_CAP - 1);
+            let pusher = std::thread::current().id();
+            // Whether a push ran its body here, inside itself; the body
+            // sleeps `slow` (a body run by the worker does not report).
+            let inside = |slow: Duration| {
+                let here = Arc::new(AtomicBool::new(false));
+                let h = here.clone();
+                let body = move |_: &depengine::RunContext| {
+                    if std::thread::current().id() == pusher {
+                        h.store(true, Ordering::Relaxed);
+                    }
+                    if !slow.is_zero() {
+                        std::thread::sleep(slow);
+                    }
+                };
+                engine.push_sync(body, &[], &[]).unwrap();
+                here.load(Ordering::Relaxed)
+            };
+            // Two windows at the cap, each run far quicker than the pace.
+            for i in 0..2 * WINDOW {
+                assert!(inside(Duration::ZERO), "{kind:?}: run {i} at the cap was queued");
+            }
+            let batch: Vec<Completion> = held.lock().unwrap().drain(..).collect();
+            batch.into_iter().for_each(Completion::signal);
+            settle(0);
+            assert!(inside(Duration::ZERO), "{kind:?}: queued with nothing pending at a quick pace");
+            // Runs slower than the pace: the rest of the third window and
+            // the whole fourth still run inside (a sleep of twice the pace
+            // makes the third window slow although one of its runs was quick).
+            for i in 0..2 * WINDOW - 1 {
+                assert!(inside(2 * PACE), "{kind:?}: slow run {i} queued before two windows were slow");
+            }
+            assert!(!inside(Duration::ZERO), "{kind:?}: ran inside with nothing pending after two slow windows");
+            engine.wait_all().unwrap();
+        })
+        .join()
+        .unwrap();
     }
 }

@@ -33,8 +33,10 @@
 //!   operation ready (as the pooled engine does), which also throttles it.
 //! - A synchronous `Normal` push with no variables that would take the
 //!   engine to the pending cap, and those after it until half the cap has
-//!   drained: its body runs on that pusher, inside the push, with no block
-//!   (`Core::unqueued_ticket`; the pooled engine does the same). `Async`
+//!   drained (and past that while the pusher's runs come faster than the
+//!   inline pace, `inline_pace.rs`): its body runs on that pusher, inside
+//!   the push, with no block (`Core::unqueued_ticket`; the pooled engine
+//!   does the same). `Async`
 //!   and `DeleteVar` operations ready at dispatch always run there (the
 //!   kAsync inline path).
 //!

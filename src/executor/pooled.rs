@@ -12,8 +12,9 @@
 //!   operation ready runs it itself, which throttles a pusher racing ahead;
 //! - **at the pending cap**, a synchronous `Normal` push with no variables
 //!   runs its body on the pusher, inside the push, with no block and no
-//!   queue, and so do those after it until half the cap has drained
-//!   (`Core::unqueued_ticket`).
+//!   queue, and so do those after it until half the cap has drained, and
+//!   past that while the pusher's runs come faster than the inline pace
+//!   (`Core::unqueued_ticket`, `inline_pace.rs`).
 //!
 //! Idle workers spin for the configured time, then park (`park.rs`). A
 //! push from a thread that has just waited on the engine (`wait_var`,

@@ -104,7 +104,8 @@ pub(crate) struct Core {
     /// The pending-operation cap (0: none); see `throttle.rs`.
     pub(crate) max_pending: u64,
     /// Set when a push at the cap ran its body unqueued; cleared when a
-    /// push finds the pending count down to half the cap
+    /// push finds the pending count down to half the cap and its thread's
+    /// pace of such runs not quicker than `inline_pace_ns`
     /// ([`Core::unqueued_ticket`]). Read by every push with no variables
     /// and written only by pushers, and rarely: on a line of its own, so
     /// that those reads stay in the pushers' caches. An estimate that
@@ -384,15 +385,17 @@ impl Core {
                 return Ok(None);
             }
         }
-        let ticket = self.unqueued_ticket_at_cap()?;
+        let ticket = self.unqueued_ticket_now()?;
         if ticket.is_some() && !to_low_water {
             self.unqueued_to_low_water.store(true, std_atomic::Ordering::Relaxed);
         }
         Ok(ticket)
     }
 
+    /// The ticket of a push that [`unqueued_ticket`](Self::unqueued_ticket)
+    /// sends inside itself, if this engine and thread allow that now.
     #[inline(never)]
-    fn unqueued_ticket_at_cap(&self) -> Result<Option<UnqueuedTicket>, EngineError> {
+    fn unqueued_ticket_now(&self) -> Result<Option<UnqueuedTicket>, EngineError> {
         if !self.executor.runs_inline_over_cap()
             || self.profiler.session() != 0
             || self.diagnosis.is_some()

@@ -181,6 +181,56 @@ fn an_operation_run_inside_its_push_keeps_its_ticket_and_its_failure() {
     }
 }
 
+/// Asynchronous operations with no variables whose completions the test
+/// keeps: they hold the pending count where the test sets it.
+struct Held<'a> {
+    engine: &'a Engine,
+    kind: EngineKind,
+    completions: Arc<Mutex<Vec<Completion>>>,
+}
+
+impl<'a> Held<'a> {
+    fn new(engine: &'a Engine, kind: EngineKind) -> Self {
+        Held { engine, kind, completions: Arc::default() }
+    }
+
+    /// Pushes `n` of them and waits until their bodies have handed over
+    /// their completions.
+    fn hold(&self, n: usize) {
+        let before = self.completions.lock().unwrap().len();
+        for _ in 0..n {
+            let h = self.completions.clone();
+            self.engine.push_async(move |_, done| h.lock().unwrap().push(done), &[], &[]).unwrap();
+        }
+        assert!(common::eventually(Duration::from_secs(10), || self.completions.lock().unwrap().len() == before + n));
+    }
+
+    /// Signals the `n` held last.
+    fn release(&self, n: usize) {
+        let batch: Vec<Completion> = {
+            let mut h = self.completions.lock().unwrap();
+            let at = h.len() - n;
+            h.drain(at..).collect()
+        };
+        batch.into_iter().for_each(Completion::signal);
+    }
+
+    fn release_all(&self) {
+        let n = self.completions.lock().unwrap().len();
+        self.release(n);
+    }
+
+    /// Waits until the engine counts `pending` operations pending.
+    fn settle(&self, pending: u64) {
+        let (engine, kind) = (self.engine, self.kind);
+        assert!(
+            common::eventually(Duration::from_secs(10), || engine.pending() == pending),
+            "{kind:?}: {} pending, waiting for {pending}",
+            engine.pending()
+        );
+    }
+}
+
 /// Once a push at the cap has run its body inside the push, pushes with no
 /// variables go on doing so until the pending count is down to half the
 /// cap, not only while it is at the cap; below half they are queued again,
@@ -198,30 +248,7 @@ fn pushes_run_inside_until_half_the_cap_has_drained() {
             .inline_pace(Duration::ZERO)
             .build()
             .unwrap();
-        let held: Arc<Mutex<Vec<Completion>>> = Arc::default();
-        let hold = |n: usize| {
-            let before = held.lock().unwrap().len();
-            for _ in 0..n {
-                let h = held.clone();
-                engine.push_async(move |_, done| h.lock().unwrap().push(done), &[], &[]).unwrap();
-            }
-            assert!(common::eventually(Duration::from_secs(10), || held.lock().unwrap().len() == before + n));
-        };
-        let release = |n: usize| {
-            let batch: Vec<Completion> = {
-                let mut h = held.lock().unwrap();
-                let at = h.len() - n;
-                h.drain(at..).collect()
-            };
-            batch.into_iter().for_each(Completion::signal);
-        };
-        let settle = |pending: u64| {
-            assert!(
-                common::eventually(Duration::from_secs(10), || engine.pending() == pending),
-                "{kind:?}: {} pending, waiting for {pending}",
-                engine.pending()
-            );
-        };
+        let held = Held::new(&engine, kind);
         let pusher = std::thread::current().id();
         let ran_on: Arc<Mutex<Vec<(&str, ThreadId)>>> = Arc::default();
         let inside = |name: &'static str| {
@@ -229,22 +256,21 @@ fn pushes_run_inside_until_half_the_cap_has_drained() {
             engine.push_sync(move |_| r.lock().unwrap().push((name, std::thread::current().id())), &[], &[]).unwrap();
             ran_on.lock().unwrap().contains(&(name, pusher))
         };
-        hold(SMALL_CAP as usize - 1);
-        settle(SMALL_CAP - 1);
+        held.hold(SMALL_CAP as usize - 1);
+        held.settle(SMALL_CAP - 1);
         assert!(inside("at the cap"), "{kind:?}");
-        release(2);
-        settle(SMALL_CAP - 3);
+        held.release(2);
+        held.settle(SMALL_CAP - 3);
         assert!(inside("drained, but not to half"), "{kind:?}: queued at {} pending", SMALL_CAP - 3);
-        release(2);
-        settle(SMALL_CAP - 5);
+        held.release(2);
+        held.settle(SMALL_CAP - 5);
         assert!(!inside("under half"), "{kind:?}: ran inside at {} pending", SMALL_CAP - 5);
         // The queued one finishes on the worker.
-        settle(SMALL_CAP - 5);
-        hold(2);
-        settle(SMALL_CAP - 3);
+        held.settle(SMALL_CAP - 5);
+        held.hold(2);
+        held.settle(SMALL_CAP - 3);
         assert!(!inside("under the cap, after the drain"), "{kind:?}: ran inside at {} pending", SMALL_CAP - 3);
-        let rest = held.lock().unwrap().len();
-        release(rest);
+        held.release_all();
         engine.wait_all().unwrap();
         assert_eq!(ran_on.lock().unwrap().len(), 4, "{kind:?}");
     }
@@ -267,22 +293,9 @@ fn a_quick_pusher_goes_on_running_inside_below_half_the_cap() {
         std::thread::spawn(move || {
             let engine =
                 Engine::builder().kind(kind).cpu_workers(1).max_pending(SMALL_CAP).inline_pace(PACE).build().unwrap();
-            let held: Arc<Mutex<Vec<Completion>>> = Arc::default();
-            for _ in 0..SMALL_CAP - 1 {
-                let h = held.clone();
-                engine.push_async(move |_, done| h.lock().unwrap().push(done), &[], &[]).unwrap();
-            }
-            let settle = |pending: u64| {
-                assert!(
-                    common::eventually(Duration::from_secs(10), || engine.pending() == pending),
-                    "{kind:?}: {} pending, waiting for {pending}",
-                    engine.pending()
-                );
-            };
-            assert!(
-                common::eventually(Duration::from_secs(10), || held.lock().unwrap().len() == SMALL_CAP as usize - 1)
-            );
-            settle(SMALL_CAP - 1);
+            let held = Held::new(&engine, kind);
+            held.hold(SMALL_CAP as usize - 1);
+            held.settle(SMALL_CAP - 1);
             let pusher = std::thread::current().id();
             // Whether a push ran its body here, inside itself; the body
             // sleeps `slow` (a body run by the worker does not report).
@@ -304,9 +317,8 @@ fn a_quick_pusher_goes_on_running_inside_below_half_the_cap() {
             for i in 0..2 * WINDOW {
                 assert!(inside(Duration::ZERO), "{kind:?}: run {i} at the cap was queued");
             }
-            let batch: Vec<Completion> = held.lock().unwrap().drain(..).collect();
-            batch.into_iter().for_each(Completion::signal);
-            settle(0);
+            held.release_all();
+            held.settle(0);
             assert!(inside(Duration::ZERO), "{kind:?}: queued with nothing pending at a quick pace");
             // Runs slower than the pace: the rest of the third window and
             // the whole fourth still run inside (a sleep of twice the pace

@@ -18,6 +18,7 @@ use crate::executor::Executor;
 use crate::opr::{Body, Dep, OprBlock, OprKind, READ, WRITE};
 use crate::pool::{Pool, SharedTakeCache, ThreadCaches, NIL};
 use crate::profiler::Profiler;
+use crate::pusher_runs::PusherRuns;
 use crate::stats::Stats;
 use crate::sweep::{SweepCache, SWEEP_ROUND};
 use crate::sync::{AtomicBool, Ordering, UnsafeCell};
@@ -112,6 +113,9 @@ pub(crate) struct Core {
     /// orders nothing: a std atomic, which loom does not explore, as for
     /// the drain rate.
     unqueued_to_low_water: CachePadded<std_atomic::AtomicBool>,
+    /// Whether pushers run the operations with variables that their
+    /// pushes make ready (`pusher_runs.rs`).
+    pub(crate) pusher_runs: PusherRuns,
     /// [`EngineBuilder::inline_pace`](crate::EngineBuilder::inline_pace)
     /// in nanoseconds (0: off).
     inline_pace_ns: u64,
@@ -159,6 +163,7 @@ impl Core {
             diagnosis,
             max_pending: b.max_pending,
             unqueued_to_low_water: CachePadded::new(std_atomic::AtomicBool::new(false)),
+            pusher_runs: PusherRuns::new(b.max_pending, b.inline_pace),
             inline_pace_ns: u64::try_from(b.inline_pace.as_nanos()).unwrap_or(u64::MAX),
             #[cfg(feature = "cuda")]
             gpu,
@@ -330,8 +335,19 @@ impl Core {
         let mut ready = ReadyList { head: NIL, tail: NIL };
         self.dispatcher.submit(&self.oprs, op, me, |op, ticket| self.dispatch(op, ticket, &mut ready));
         self.schedule_list(ready);
-        if self.max_pending != 0 && self.pending_reached(self.max_pending) {
-            self.throttle();
+        if self.max_pending != 0 {
+            if self.pusher_runs.is_on() {
+                if self.pending_reached(self.pusher_runs.low_water()) {
+                    self.throttle();
+                }
+            } else {
+                let look = self.pusher_runs.note_queued_push();
+                if self.pending_reached(self.max_pending) {
+                    self.throttle();
+                } else if look {
+                    self.probe_running_here();
+                }
+            }
         }
         Ok(())
     }
@@ -369,6 +385,9 @@ impl Core {
     /// short cost the pusher less to run than to hand over, and the workers
     /// they would keep busy pay nothing back (PERF.md, "2026-11-27, eighth
     /// session": `nodeps` at W=0 0.47–0.48 of its time).
+    ///
+    /// While pushers run the operations that their pushes make ready
+    /// (`pusher_runs.rs`), such pushes run unqueued at any pending count.
     #[inline]
     pub(crate) fn unqueued_ticket(&self, opts: &PushOpts) -> Result<Option<UnqueuedTicket>, EngineError> {
         if self.max_pending == 0 || opts.prop != FnProperty::Normal || opts.ctx.is_gpu() {
@@ -377,11 +396,13 @@ impl Core {
         let to_low_water = self.unqueued_to_low_water.load(std_atomic::Ordering::Relaxed);
         let limit = if to_low_water { (self.max_pending / 2).min(self.max_pending - 1) } else { self.max_pending - 1 };
         if !self.pending_reached(limit) {
-            if !to_low_water {
-                return Ok(None);
-            }
-            if !crate::inline_pace::quicker_than(self.inline_pace_ns) {
+            let quick = to_low_water && crate::inline_pace::quicker_than(self.inline_pace_ns);
+            if to_low_water && !quick {
                 self.unqueued_to_low_water.store(false, std_atomic::Ordering::Relaxed);
+            }
+            // In a stint the pusher runs what its pushes make ready
+            // (`pusher_runs.rs`); one with no variables, with no block.
+            if !quick && !self.pusher_runs.is_on() {
                 return Ok(None);
             }
         }
@@ -396,11 +417,7 @@ impl Core {
     /// sends inside itself, if this engine and thread allow that now.
     #[inline(never)]
     fn unqueued_ticket_now(&self) -> Result<Option<UnqueuedTicket>, EngineError> {
-        if !self.executor.runs_inline_over_cap()
-            || self.profiler.session() != 0
-            || self.diagnosis.is_some()
-            || self.in_own_body()
-        {
+        if !self.may_run_ready_here() {
             return Ok(None);
         }
         // Keep this thread's order: its bulked pushes go first.
@@ -416,6 +433,18 @@ impl Core {
         );
         self.schedule_list(ready);
         Ok(ticket.map(|ticket| UnqueuedTicket { ticket, after_close }))
+    }
+
+    /// Whether a push from this thread may run operations inside itself
+    /// on this engine now: the executor allows it, no profiler or hang
+    /// diagnosis watches the queues, and the thread is not in a body of
+    /// this engine (whose own operation is pending, and holds its
+    /// variables).
+    pub(crate) fn may_run_ready_here(&self) -> bool {
+        self.executor.runs_inline_over_cap()
+            && self.profiler.session() == 0
+            && self.diagnosis.is_none()
+            && !self.in_own_body()
     }
 
     /// Schedules what a combining pass found ready (after it let go).
@@ -647,6 +676,14 @@ impl Core {
             && self.executor.runs_async_inline()
         {
             crate::executor::inline::run_inline(self, op);
+        } else if at_dispatch
+            && self.pusher_runs.is_on()
+            && meta.opts.prop == FnProperty::Normal
+            && !meta.opts.ctx.is_gpu()
+            && self.may_run_ready_here()
+        {
+            crate::executor::inline::run_inline(self, op);
+            self.pusher_runs.note_run();
         } else {
             self.executor.schedule(self, op, meta.opts.prop);
         }

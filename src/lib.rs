@@ -138,6 +138,7 @@ mod opr;
 mod pool;
 mod profile;
 mod profiler;
+mod pusher_runs;
 mod run;
 mod stats;
 mod sweep;

@@ -138,7 +138,12 @@ impl Core {
             let outer = CURRENT_OP.with(|c| c.replace((self, UNQUEUED)));
             let outcome = catch_unwind(AssertUnwindSafe(|| body(&ctx)));
             CURRENT_OP.with(|c| c.set(outer));
-            crate::inline_pace::note_run();
+            if self.pusher_runs.is_on() {
+                // It counts towards the stint's pace (`pusher_runs.rs`).
+                self.pusher_runs.note_run();
+            } else {
+                crate::inline_pace::note_run();
+            }
             failure_of(opts.name, outcome)
         };
         if let Some(failure) = failure {

@@ -79,6 +79,12 @@ pub struct EngineStats {
     /// Of `throttled`: the times a held pusher slept until the workers had
     /// drained a quarter of the cap, instead of yielding (`throttle.rs`).
     pub throttle_sleeps: u64,
+    /// Stints begun: times the pushers took to running the operations
+    /// with variables that their pushes make ready themselves, inside the
+    /// pushes, having measured that queuing them was slower
+    /// ([`EngineBuilder::inline_pace`](crate::EngineBuilder::inline_pace)).
+    /// Their runs count in `ran_elsewhere`.
+    pub stints: u64,
     /// Most operations pushed and not finished at once, as seen by pushes
     /// (tracked while the pending cap is on, the default).
     pub pending_high_water: u64,
@@ -118,6 +124,7 @@ struct SharedShard {
     failed: AtomicU64,
     throttled: AtomicU64,
     throttle_sleeps: AtomicU64,
+    stints: AtomicU64,
 }
 
 /// An engine's live counters (see the module docs).
@@ -216,6 +223,10 @@ impl Stats {
         self.shared.throttle_sleeps.fetch_add(1, Relaxed);
     }
 
+    pub(crate) fn stint_started(&self) {
+        self.shared.stints.fetch_add(1, Relaxed);
+    }
+
     #[inline]
     pub(crate) fn note_pending(&self, pending: u64) {
         self.pending_high_water.note(pending);
@@ -239,6 +250,7 @@ impl Stats {
         s.failed = self.shared.failed.load(Relaxed);
         s.throttled = self.shared.throttled.load(Relaxed);
         s.throttle_sleeps = self.shared.throttle_sleeps.load(Relaxed);
+        s.stints = self.shared.stints.load(Relaxed);
         s.pending_high_water = self.pending_high_water.get();
     }
 }
@@ -357,12 +369,14 @@ impl std::fmt::Display for EngineStats {
         )?;
         write!(
             f,
-            "workers: {} parks, {} wake-ups; {} pushes throttled ({} slept); high water: {} pending, {} ready; \
+            "workers: {} parks, {} wake-ups; {} pushes throttled ({} slept); {} stints on pushers; \
+             high water: {} pending, {} ready; \
              pools: {} op blocks ({} live), {} var blocks live, {} vars live",
             self.parks,
             self.wakeups,
             self.throttled,
             self.throttle_sleeps,
+            self.stints,
             self.pending_high_water,
             self.ready_high_water,
             p.op_blocks_created,

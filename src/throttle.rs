@@ -37,6 +37,7 @@
 //!   throttled: its own operation is pending.
 
 use crate::core::Core;
+use crate::pusher_runs::PROBE_WAIT;
 // An estimate that orders nothing: std atomics, which loom does not explore
 // (as for the statistics).
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -130,17 +131,55 @@ impl DrainRate {
 }
 
 impl Core {
-    /// Waits above the pending cap until the count is back under it (see
-    /// the module docs).
+    /// What a push does when it takes the pending count to the cap (or,
+    /// while pushers run ready operations themselves, to the low water):
+    /// waits until the count is back under it (see the module docs), and
+    /// at the cap probes whether running them here pays
+    /// (`pusher_runs.rs`).
     #[cold]
     pub(crate) fn throttle(&self) {
         if self.in_own_body() {
             return;
         }
+        let runs = &self.pusher_runs;
+        if runs.is_on() {
+            if !self.hold_under(runs.low_water(), None) {
+                runs.stop(0);
+            }
+            return;
+        }
+        self.hold_under(self.max_pending, None);
+        if runs.probe_due() {
+            self.probe_running_here();
+        }
+    }
+
+    /// A probe (`pusher_runs.rs`): waits until the workers have drained
+    /// everything pending, so that the next pushes find their variables
+    /// free, and starts a stint with this thread's pace of queued pushes
+    /// as its limit.
+    #[cold]
+    pub(crate) fn probe_running_here(&self) {
+        if !self.pusher_runs.worth_a_probe() || !self.may_run_ready_here() {
+            return;
+        }
+        // Held completions, or other threads' pushes, may keep the count
+        // up: then there is no stint to start.
+        if self.hold_under(1, Some(Instant::now() + PROBE_WAIT)) && self.pusher_runs.start() {
+            self.stats.stint_started();
+        } else {
+            self.pusher_runs.stop(0);
+        }
+    }
+
+    /// Waits until the pending count is under `cap`; returns whether it
+    /// got there (or gave up: see the module docs).
+    /// Gives up at `until` too, if given.
+    fn hold_under(&self, cap: u64, until: Option<Instant>) -> bool {
         self.stats.throttled();
         self.executor.note_throttled_pusher();
         let helps = self.executor.throttled_pushers_help();
-        let quarter = (self.max_pending / 4).max(1);
+        let quarter = (cap / 4).max(1);
         let mut sleep_pays = self
             .pending
             .drain_rate
@@ -148,7 +187,7 @@ impl Core {
             .is_some_and(|per_op| per_op.saturating_mul(quarter.min(u32::MAX as u64) as u32) >= SLEEP_PAYS);
         let mut idle = 0u32;
         let mut last = self.pending();
-        while last >= self.max_pending && idle < IDLE_LIMIT {
+        while last >= cap && idle < IDLE_LIMIT && until.is_none_or(|t| Instant::now() < t) {
             let mut slept = false;
             if helps && self.help_once() {
                 idle = 0;
@@ -157,7 +196,7 @@ impl Core {
                 let yielded = Instant::now();
                 std::thread::yield_now();
                 if sleep_pays && yielded.elapsed() < ALONE_YIELD && self.executor.movable_workers_fill_cpus() {
-                    slept = self.sleep_to_low_water(quarter);
+                    slept = self.sleep_to_low_water(cap, quarter);
                 }
             }
             let now = self.pending();
@@ -170,12 +209,13 @@ impl Core {
             }
             last = now;
         }
+        last < cap
     }
 
-    /// Sleeps until the pending count is a quarter of the cap under it;
+    /// Sleeps until the pending count is a quarter of `cap` under it;
     /// returns whether it slept (not if the count is there already).
-    fn sleep_to_low_water(&self, quarter: u64) -> bool {
-        let low_water = self.max_pending - quarter;
+    fn sleep_to_low_water(&self, cap: u64, quarter: u64) -> bool {
+        let low_water = cap - quarter;
         // Finished first: `pending`, read after, already counts what
         // finished in between as done, so the target is at most `pending`
         // completions away (reachable) and is reached at the low water or

@@ -2,13 +2,15 @@
 //! with a counting global allocator: after warm-up, 100,000 push → run →
 //! complete cycles of synchronous, asynchronous and prebuilt operations on
 //! the pooled and per_device engines allocate nothing, on any thread — with
-//! the profiler off, and with it recording every operation. (Up to three
+//! the profiler off, with it recording every operation, and with the
+//! pusher running the operations itself in stints (`pusher_runs.rs`). (Up to three
 //! such windows are taken, for a thread's one-time set-up that lands late
 //! when all threads share one core; one must allocate nothing.)
 
 use alloc_count::{allocations, CountingAlloc};
 use depengine::{Context, Engine, EngineKind, FnProperty, Var};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
 
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc;
@@ -57,17 +59,23 @@ fn batch(engine: &Engine, vars: &[Var], op: &depengine::Operator) {
 #[test]
 fn steady_state_push_run_complete_allocates_nothing() {
     for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
-        steady_state(kind, false);
-        steady_state(kind, true);
+        steady_state(kind, false, false);
+        steady_state(kind, true, false);
+        steady_state(kind, false, true);
     }
 }
 
-fn steady_state(kind: EngineKind, profile: bool) {
+/// With `stints`, a long inline pace makes the pusher probe early, and its
+/// stints run the batches' operations inside their pushes; without, the
+/// pace is off, and so are stints.
+fn steady_state(kind: EngineKind, profile: bool, stints: bool) {
     // The warm-up holds 2 × BATCH operations behind a body that spins until
     // this thread opens it. Above the pending cap this thread would help run
     // ready work, the blocker included, and spin in it for ever: the cap
     // must leave room for the whole warm-up.
-    let engine = Engine::builder().kind(kind).cpu_workers(2).max_pending(4 * BATCH as u64).build().unwrap();
+    let builder = Engine::builder().kind(kind).cpu_workers(2).max_pending(4 * BATCH as u64);
+    let pace = if stints { Duration::from_secs(1) } else { Duration::ZERO };
+    let engine = builder.inline_pace(pace).build().unwrap();
     if profile {
         engine.start_profiling();
     }
@@ -132,8 +140,10 @@ fn steady_state(kind: EngineKind, profile: bool) {
     assert_eq!(
         counts.last(),
         Some(&0),
-        "{kind:?}: heap allocations in successive windows of {CYCLES} steady-state cycles: {counts:?} (profiling: {profile})"
+        "{kind:?}: heap allocations in successive windows of {CYCLES} steady-state cycles: {counts:?} \
+         (profiling: {profile}, stints: {stints})"
     );
+    assert_eq!(engine.stats().stints > 0, stints, "{kind:?}: stints while asked for {stints}");
     assert!(engine.var_version(vars[1]).unwrap() > CYCLES as u64 / 8);
     if profile {
         let recorded = engine.stop_profiling();

@@ -10,6 +10,7 @@ use common::{engine, mix, SplitMix};
 use depengine::{Engine, EngineKind, Var};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
 
 const VARS: usize = 24;
 const PER_THREAD: usize = if cfg!(debug_assertions) { 1_500 } else { 10_000 };
@@ -96,7 +97,19 @@ fn push(shared: &Arc<Shared>, def: Def, depth: u32) {
 }
 
 fn stress(kind: EngineKind, threads: u64) {
-    let engine = engine(kind);
+    stress_on(engine(kind), threads, &format!("{kind:?}"));
+}
+
+/// The threaded engines with stints (`tests/stints.rs`): a small cap and a
+/// long inline pace make their pushers probe early and often.
+fn stress_with_stints(threads: u64) {
+    for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
+        let engine = Engine::builder().kind(kind).cpu_workers(2).max_pending(16).inline_pace(Duration::from_secs(1));
+        stress_on(engine.build().unwrap(), threads, &format!("{kind:?} with stints"));
+    }
+}
+
+fn stress_on(engine: Engine, threads: u64, kind: &str) {
     let (tx, rx) = mpsc::channel::<Job>();
     let foreign = std::thread::spawn(move || rx.into_iter().for_each(|job| job()));
     let shared = Arc::new(Shared {
@@ -124,18 +137,18 @@ fn stress(kind: EngineKind, threads: u64) {
     let nested = log.iter().filter(|r| r.def.id >> 40 != 0).count();
     assert!(nested > 0, "the run must include nested pushes");
     log.sort_by_key(|r| r.ticket);
-    assert!(log.windows(2).all(|w| w[0].ticket < w[1].ticket), "{kind:?}: duplicate tickets");
+    assert!(log.windows(2).all(|w| w[0].ticket < w[1].ticket), "{kind}: duplicate tickets");
     let replay: Vec<AtomicU64> = (0..VARS as u64).map(AtomicU64::new).collect();
     for r in &log {
         let read = effect(&r.def, &replay);
         assert_eq!(
             read, r.read,
-            "{kind:?}, {threads} threads: op {:#x} (ticket {}) read other values than the sequential replay",
+            "{kind}, {threads} threads: op {:#x} (ticket {}) read other values than the sequential replay",
             r.def.id, r.ticket
         );
     }
     for (v, (want, got)) in replay.iter().zip(&shared.cells).enumerate() {
-        assert_eq!(want.load(Ordering::Relaxed), got.load(Ordering::Relaxed), "{kind:?}: final value of var {v}");
+        assert_eq!(want.load(Ordering::Relaxed), got.load(Ordering::Relaxed), "{kind}: final value of var {v}");
     }
 }
 
@@ -144,6 +157,7 @@ fn two_pushing_threads() {
     for kind in EngineKind::ALL {
         stress(kind, 2);
     }
+    stress_with_stints(2);
 }
 
 #[test]
@@ -151,4 +165,5 @@ fn four_pushing_threads() {
     for kind in EngineKind::ALL {
         stress(kind, 4);
     }
+    stress_with_stints(4);
 }

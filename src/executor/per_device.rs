@@ -38,7 +38,8 @@
 //!   the push, with no block (`Core::unqueued_ticket`; the pooled engine
 //!   does the same). `Async`
 //!   and `DeleteVar` operations ready at dispatch always run there (the
-//!   kAsync inline path).
+//!   kAsync inline path), and so do `Normal` CPU ones during a stint
+//!   (`pusher_runs.rs`; the pooled engine too).
 //!
 //! The deque is crossbeam's Chase-Lev deque (`crossbeam_deque::Worker`,
 //! LIFO for the owner, FIFO for thieves; under loom a twin that loom can

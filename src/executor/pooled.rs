@@ -14,7 +14,10 @@
 //!   runs its body on the pusher, inside the push, with no block and no
 //!   queue, and so do those after it until half the cap has drained, and
 //!   past that while the pusher's runs come faster than the inline pace
-//!   (`Core::unqueued_ticket`, `inline_pace.rs`).
+//!   (`Core::unqueued_ticket`, `inline_pace.rs`);
+//! - **in a stint** (`pusher_runs.rs`), a `Normal` CPU operation that its
+//!   push made ready runs on the pusher, inside the push, while that beats
+//!   the pusher's pace of queued pushes.
 //!
 //! Idle workers spin for the configured time, then park (`park.rs`). A
 //! push from a thread that has just waited on the engine (`wait_var`,

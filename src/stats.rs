@@ -74,7 +74,8 @@ pub struct EngineStats {
     pub parks: u64,
     /// Futex wake-ups issued to sleeping workers.
     pub wakeups: u64,
-    /// Pushes held back by the pending cap ([`EngineBuilder::max_pending`](crate::EngineBuilder::max_pending)).
+    /// Pushes held back by the pending cap ([`EngineBuilder::max_pending`](crate::EngineBuilder::max_pending)),
+    /// by a stint's low water, or by a probe's drain (see `stints`).
     pub throttled: u64,
     /// Of `throttled`: the times a held pusher slept until the workers had
     /// drained a quarter of the cap, instead of yielding (`throttle.rs`).

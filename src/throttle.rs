@@ -35,6 +35,11 @@
 //!   finishing (the drain rate has an estimate; after a sleep that ended
 //!   with none finished it only yields). A body's pushes are never
 //!   throttled: its own operation is pending.
+//! - **Stints** (`pusher_runs.rs`). At the cap, a push may go on to probe:
+//!   it waits (up to `PROBE_WAIT`) until nothing is pending, and a stint
+//!   starts if it got there. During a stint a push waits under the low
+//!   water (a sixteenth of the cap) instead of the cap, and a wait there
+//!   that gives up ends the stint.
 
 use crate::core::Core;
 use crate::pusher_runs::PROBE_WAIT;
@@ -172,9 +177,9 @@ impl Core {
         }
     }
 
-    /// Waits until the pending count is under `cap`; returns whether it
-    /// got there (or gave up: see the module docs).
-    /// Gives up at `until` too, if given.
+    /// Waits until the pending count is under `cap`, or gives up (see the
+    /// module docs; and at `until`, if given); returns whether it got
+    /// there.
     fn hold_under(&self, cap: u64, until: Option<Instant>) -> bool {
         self.stats.throttled();
         self.executor.note_throttled_pusher();

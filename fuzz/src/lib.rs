@@ -36,7 +36,14 @@ pub fn engines() -> &'static [(&'static str, Arc<Engine>)] {
         // variables run inside their pushes (which the observers turn off),
         // meet every interleaving too.
         let capped = Engine::builder().kind(EngineKind::PerDevice).cpu_workers(2).max_pending(4).build();
-        observed.chain([("per_device, cap 4", Arc::new(capped.expect("engine")))]).collect()
+        // And one whose pushers probe early and often for stints (a cap
+        // of 16, a pace of a second): there the fuzzing thread runs the
+        // operations its pushes make ready itself, and stints start and
+        // end from program to program.
+        let stints = Engine::builder().kind(EngineKind::Pooled).cpu_workers(2).max_pending(16);
+        let stints = stints.inline_pace(std::time::Duration::from_secs(1)).build();
+        let extra = [("per_device, cap 4", capped), ("pooled, stints", stints)];
+        observed.chain(extra.map(|(name, engine)| (name, Arc::new(engine.expect("engine"))))).collect()
     })
 }
 

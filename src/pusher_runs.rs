@@ -92,9 +92,10 @@ pub(crate) const SLOW_ENDS: u32 = 8;
 pub(crate) const PROBE_PACES: u32 = 8;
 
 /// The longest a probe waits for the pending count to drain (other
-/// threads' pushes may keep it up); draining a full cap at W=0 takes
-/// 100–250 µs on the two-core hosts.
-pub(crate) const PROBE_WAIT: Duration = Duration::from_millis(1);
+/// threads' pushes may keep it up). Draining a full cap at W=0 takes
+/// 100–250 µs on the two-core hosts; on a crowded machine the workers may
+/// not get a core that soon, and the waiting pusher gives them its own.
+pub(crate) const PROBE_WAIT: Duration = Duration::from_millis(5);
 
 /// A stint must beat queuing by this fraction of the queued pace (its
 /// limit is the queued pace less a `MARGIN`-th): closer than that, the two

@@ -12,7 +12,7 @@ use depengine::{Completion, Engine, EngineKind, Var};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Runs per window of a thread's pace (`inline_pace.rs`): a stint is not
 /// judged before two windows of its runs have ended.
@@ -25,6 +25,13 @@ const PACE: Duration = Duration::from_secs(1);
 /// is due (`pusher_runs::LOOK_EVERY`, 4,096), so that a probe comes even
 /// where the pusher never meets the cap.
 const ENOUGH: usize = 20_000;
+
+/// How long a test pushes quick operations, at most, waiting for a probe
+/// that starts a stint. A probe gives up if the workers do not drain what
+/// is pending in time, and the next one comes only after a pause (up to
+/// 128 ms): on a machine crowded with other tests' threads, the first
+/// few may fail.
+const PATIENCE: Duration = Duration::from_secs(20);
 
 const VARS: usize = 4;
 
@@ -87,12 +94,16 @@ impl Run {
     /// Pushes quick operations until one runs inside its push; returns
     /// its index.
     fn until_inside(&mut self, kind: EngineKind) -> usize {
-        for _ in 0..ENOUGH {
+        let start = Instant::now();
+        let mut pushes = 0;
+        while pushes < ENOUGH || start.elapsed() < PATIENCE {
             if self.push(Duration::ZERO) {
                 return self.inside.len() - 1;
             }
+            pushes += 1;
         }
-        panic!("{kind:?}: no push ran its operation inside itself in {ENOUGH} quick pushes");
+        let stats = self.engine.stats();
+        panic!("{kind:?}: no push ran its operation inside itself in {pushes} quick pushes over {PATIENCE:?}: {stats}");
     }
 
     /// Waits for everything, then checks the values and the order of the

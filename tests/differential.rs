@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{engine, mix, SplitMix};
+use common::{engine, engine_with_stints, mix, SplitMix};
 use depengine::{Engine, EngineKind, PushOpts, Var};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -146,14 +146,11 @@ fn check_seed(seed: u64) {
                 Engine::builder().shuffle_seed(s).shuffle_workers(2).build().unwrap(),
             )
         }));
-    // And the threaded engines with stints (`tests/stints.rs`): a small
-    // cap and a long inline pace make their pushers probe early and often,
-    // and most runs start stints (28 of 30 did, per engine); whether they
-    // start is the business of `tests/stints.rs`, which makes sure.
-    let stints = [EngineKind::Pooled, EngineKind::PerDevice].map(|k| {
-        let engine = Engine::builder().kind(k).cpu_workers(2).max_pending(16).inline_pace(Duration::from_secs(1));
-        (format!("{k:?} with stints"), engine.build().unwrap())
-    });
+    // And the threaded engines with stints: most runs start stints (28 of
+    // 30 did, per engine); whether they start is the business of
+    // `tests/stints.rs`, which makes sure.
+    let stints =
+        [EngineKind::Pooled, EngineKind::PerDevice].map(|k| (format!("{k:?} with stints"), engine_with_stints(k)));
     for (kind, engine) in others.chain(stints) {
         let got = run(&engine, &ops);
         for v in 0..VARS {

@@ -6,11 +6,10 @@
 
 mod common;
 
-use common::{engine, mix, SplitMix};
+use common::{engine, engine_with_stints, mix, SplitMix};
 use depengine::{Engine, EngineKind, Var};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::Duration;
 
 const VARS: usize = 24;
 const PER_THREAD: usize = if cfg!(debug_assertions) { 1_500 } else { 10_000 };
@@ -100,12 +99,10 @@ fn stress(kind: EngineKind, threads: u64) {
     stress_on(engine(kind), threads, &format!("{kind:?}"));
 }
 
-/// The threaded engines with stints (`tests/stints.rs`): a small cap and a
-/// long inline pace make their pushers probe early and often.
+/// The threaded engines with stints (`common::engine_with_stints`).
 fn stress_with_stints(threads: u64) {
     for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
-        let engine = Engine::builder().kind(kind).cpu_workers(2).max_pending(16).inline_pace(Duration::from_secs(1));
-        stress_on(engine.build().unwrap(), threads, &format!("{kind:?} with stints"));
+        stress_on(engine_with_stints(kind), threads, &format!("{kind:?} with stints"));
     }
 }
 

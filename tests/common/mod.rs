@@ -22,6 +22,14 @@ pub fn engine(kind: EngineKind) -> Engine {
     Engine::builder().kind(kind).cpu_workers(2).build().expect("engine")
 }
 
+/// A threaded engine whose pushers probe for stints early and often
+/// (`tests/stints.rs`): a small cap, and an inline pace so long that every
+/// pusher is quick enough to probe.
+pub fn engine_with_stints(kind: EngineKind) -> Engine {
+    let builder = Engine::builder().kind(kind).cpu_workers(2).max_pending(16);
+    builder.inline_pace(Duration::from_secs(1)).build().expect("engine")
+}
+
 /// A body's work: keeps its CPU for `d`.
 pub fn busy_for(d: Duration) {
     let until = Instant::now() + d;

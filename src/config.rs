@@ -383,11 +383,14 @@ impl EngineBuilder {
     /// a sixteenth of the cap is pending. When the pace slows (longer
     /// bodies, a pause in the pushes, completions held), the stint ends
     /// and the pushes queue again; the next probe comes after a pause that
-    /// doubles up to 128 ms while probes keep failing. At W=0 on the
-    /// two-core hosts of PERF.md, `random` runs in 93 ns an operation
-    /// instead of 200, `layered` in 103 instead of 130–150 and `fanout`
-    /// in 72 instead of 110; `chain`, quicker queued, stays queued
-    /// ("2026-11-27, ninth session"). [`EngineStats::stints`](crate::EngineStats::stints)
+    /// doubles up to 128 ms while probes keep failing. In a stint a
+    /// synchronous push whose variables are all free runs *directly*,
+    /// with no operation block at all: granted, run and released inside
+    /// the push. At W=0 on the two-core hosts of PERF.md, `chain` runs in
+    /// about 33 ns an operation instead of 50–60 queued, `random` in 65
+    /// instead of about 220, `layered` in 76 instead of 150–160 and
+    /// `fanout` in 46 instead of about 125 ("2026-11-27, ninth session"
+    /// and "tenth session"). [`EngineStats::stints`](crate::EngineStats::stints)
     /// counts the stints; a body's own pushes, and pushes while the
     /// profiler or hang diagnosis is on, never run so. As with a pusher at
     /// the cap, a body that a stint may run inside its push must not wait

@@ -423,16 +423,30 @@ impl Core {
         // Keep this thread's order: its bulked pushes go first.
         crate::bulk::flush_for(self)?;
         self.check_open()?;
-        let mut ready = ReadyList { head: NIL, tail: NIL };
         let mut after_close = false;
+        let ticket = self.take_ticket(|| {
+            after_close = self.shutting_down.load(Ordering::Relaxed);
+            true
+        });
+        Ok(ticket.map(|ticket| UnqueuedTicket { ticket, after_close }))
+    }
+
+    /// The next ticket, for an operation that runs inside its push, if this
+    /// thread can become the combiner at once (`Dispatcher::take_ticket`):
+    /// what was submitted meanwhile is dispatched, and scheduled once the
+    /// combiner has let go. `then` runs while combining and says whether
+    /// the ticket is taken.
+    #[inline]
+    pub(crate) fn take_ticket(&self, then: impl FnOnce() -> bool) -> Option<u64> {
+        let mut ready = ReadyList { head: NIL, tail: NIL };
         let ticket = self.dispatcher.take_ticket(
             &self.oprs,
             crate::thread_slot::current(),
             |op, ticket| self.dispatch(op, ticket, &mut ready),
-            || after_close = self.shutting_down.load(Ordering::Relaxed),
+            then,
         );
         self.schedule_list(ready);
-        Ok(ticket.map(|ticket| UnqueuedTicket { ticket, after_close }))
+        ticket
     }
 
     /// Whether a push from this thread may run operations inside itself
@@ -700,6 +714,11 @@ impl Core {
             None => true,
             // An operation run inside its push holds no variable.
             Some(_) if op == UNQUEUED => false,
+            // SAFETY: a direct run's variables live in its push's frame,
+            // below this call, until its body has returned.
+            Some(v) if op == crate::direct_run::DIRECT => {
+                unsafe { &*crate::direct_run::DIRECT_DEPS.with(|c| c.get()) }.iter().any(|d| d.slot() == v.slot)
+            }
             // SAFETY: the running body's block is alive (its runner holds
             // it) and its deps are not written while it runs.
             Some(v) => unsafe { self.oprs.get(op).dep_slice().iter().any(|d| d.slot() == v.slot) },

@@ -81,7 +81,10 @@
 //! [`take_ticket`](Dispatcher::take_ticket): the fast path above, with a
 //! ticket stamped but nothing dispatched. So the ticket counter and the
 //! dispatched count (what `pending` and `wait_all` count against) are two
-//! words, both written only by the combiner.
+//! words, both written only by the combiner. A direct run
+//! (`direct_run.rs`) takes its ticket the same way, once, as the
+//! combiner, its variables have all granted it at once; where one does
+//! not, it takes none and is pushed the usual way.
 
 use crate::barrier;
 use crate::opr::OprBlock;
@@ -315,24 +318,27 @@ impl Dispatcher {
     /// inside its push), if this thread can become the combiner at once:
     /// operations submitted meanwhile are dispatched as usual, and the
     /// ticket is not counted as dispatched; `then` runs while still
-    /// combining, right after (so that it sees exactly what was linearized
-    /// before the ticket, such as the engine's closing). `None`: another
+    /// combining, right before the ticket is stamped (so that it sees
+    /// exactly what was linearized before the ticket, such as the engine's
+    /// closing), and says whether to stamp it. `None`: another
     /// thread is combining (the caller queues its operation instead of
-    /// waiting), and `then` did not run.
+    /// waiting), and `then` did not run; or `then` returned `false`: no
+    /// ticket was taken (the caller pushes its operation the usual way).
     #[inline]
     pub(crate) fn take_ticket(
         &self,
         oprs: &Pool<OprBlock>,
         me: Option<usize>,
         mut dispatch: impl FnMut(u32, u64),
-        then: impl FnOnce(),
+        then: impl FnOnce() -> bool,
     ) -> Option<u64> {
         let held = self.try_take(me)?;
         self.drain(oprs, &mut dispatch);
-        let ticket = self.next_ticket();
-        then();
+        // Nothing else is linearized while we combine, so `then` sees what
+        // came before the ticket whether it runs before or after the stamp.
+        let ticket = then().then(|| self.next_ticket());
         self.release(oprs, held, me, &mut dispatch);
-        Some(ticket)
+        ticket
     }
 
     /// Stamps the next ticket. Combiner only.
@@ -728,7 +734,7 @@ mod loom_models {
                 let (oprs, d, log) = (oprs.clone(), d.clone(), log.clone());
                 loom::thread::spawn(move || d.submit(&oprs, op, Some(OTHER), |op, ticket| log.push(op, ticket)))
             };
-            let alone = d.take_ticket(&oprs, Some(MAIN), |op, ticket| log.push(op, ticket), || {});
+            let alone = d.take_ticket(&oprs, Some(MAIN), |op, ticket| log.push(op, ticket), || true);
             t.join().unwrap();
             let log = log.take();
             assert_eq!(log.len(), 1, "the submission is dispatched once: {log:?}");
@@ -772,7 +778,15 @@ mod loom_models {
                 })
             };
             let mut seen = None;
-            let ticket = d.take_ticket(&oprs, Some(MAIN), |_, _| {}, || seen = Some(closed.load(Ordering::Relaxed)));
+            let ticket = d.take_ticket(
+                &oprs,
+                Some(MAIN),
+                |_, _| {},
+                || {
+                    seen = Some(closed.load(Ordering::Relaxed));
+                    true
+                },
+            );
             let tickets_before_close = t.join().unwrap();
             match ticket {
                 Some(_) => assert_eq!(seen, Some(tickets_before_close == 0), "closed before the ticket: seen"),

@@ -261,6 +261,15 @@ impl Engine {
                 Ok(pushed) => return pushed,
                 Err(unrun) => body = unrun,
             }
+        } else if !crate::bulk::wants(&opts) {
+            match self.core.direct_grant(reads, writes, &opts) {
+                Ok(Some(grant)) => {
+                    self.core.run_direct(grant, &opts, |ctx| body(ctx).into_outcome());
+                    return Ok(());
+                }
+                Ok(None) => {}
+                Err(e) => return Err(e),
+            }
         }
         let mut body = InlineFn::new_sync(body);
         if crate::bulk::wants(&opts) {

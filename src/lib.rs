@@ -121,6 +121,7 @@ pub mod config;
 mod context;
 mod core;
 mod diagnose;
+mod direct_run;
 mod dispatch;
 mod engine;
 mod error;

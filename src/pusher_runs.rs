@@ -22,10 +22,13 @@
 //!   variables free. If they did, a *stint* starts, under a new *epoch*,
 //!   with the thread's pace of queued pushes less a [`MARGIN`]-th as its
 //!   *limit*.
-//! - **In a stint**, a `Normal` CPU operation that its push's dispatch
-//!   found ready (it conflicts with nothing pending) runs on the pushing
-//!   thread, inside the push, as an `Async` one does (`executor::inline`),
-//!   and a push with no variables runs unqueued (`Core::unqueued_ticket`);
+//! - **In a stint**, a synchronous `Normal` CPU push whose variables are
+//!   all free runs *directly*: granted at once, run and released inside
+//!   the push, with no operation block (`direct_run.rs`). Any other
+//!   `Normal` CPU operation that its push's dispatch found ready (it
+//!   conflicts with nothing pending) runs on the pushing thread, inside
+//!   the push, as an `Async` one does (`executor::inline`), and a push
+//!   with no variables runs unqueued (`Core::unqueued_ticket`);
 //!   each run counts in the thread's pace, its windows started afresh by
 //!   the epoch. An operation that is not ready is queued behind what it
 //!   waits for, and a push that takes the pending count to the *low

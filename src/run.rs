@@ -26,7 +26,7 @@ use crate::core::{Core, UnqueuedTicket, CURRENT_OP, PUSHED_AT_SHUTDOWN, UNQUEUED
 use crate::error::{panic_message, OpError};
 use crate::inline_fn::{InlineFn, Outcome};
 use crate::operator::OperatorBody;
-use crate::opr::{Body, Meta, OprBlock, OprKind};
+use crate::opr::{Body, Dep, Meta, OprBlock, OprKind};
 use crate::sweep::SweepBatch;
 use crate::sync::Ordering;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -153,7 +153,7 @@ impl Core {
 
     /// Counts a failed operation and keeps its failure for `wait_all`.
     #[inline]
-    fn record_failure(&self, failure: &Arc<OpError>) {
+    pub(crate) fn record_failure(&self, failure: &Arc<OpError>) {
         self.stats.failed();
         self.first_error.record(failure);
     }
@@ -163,15 +163,30 @@ impl Core {
         if let Some(rejected) = &meta.rejected {
             return Some(rejected.clone());
         }
-        if matches!(meta.kind, OprKind::User) && self.cancelling.load(Ordering::Relaxed) {
-            return Some(OpError::new(meta.opts.name, "cancelled: the engine shut down before it ran"));
+        let user = matches!(meta.kind, OprKind::User);
+        // SAFETY: the runner owns the block, and its operation holds every
+        // access of its variable list.
+        unsafe { self.skip_failure(user, &meta.opts, block.dep_slice()) }
+    }
+
+    /// The failure that makes an operation pushed with `opts`, holding the
+    /// accesses `deps`, skip its body: the engine's cancelling (for a
+    /// `user` operation), or a failure held by a variable it reads (unless
+    /// `no_skip`).
+    ///
+    /// # Safety
+    /// The caller's operation holds the granted accesses `deps`: no writer
+    /// changes the failures of the variables it reads meanwhile.
+    #[inline]
+    pub(crate) unsafe fn skip_failure(&self, user: bool, opts: &PushOpts, deps: &[Dep]) -> Option<Arc<OpError>> {
+        if user && self.cancelling.load(Ordering::Relaxed) {
+            return Some(OpError::new(opts.name, "cancelled: the engine shut down before it ran"));
         }
-        if meta.opts.no_skip {
+        if opts.no_skip {
             return None;
         }
-        // SAFETY: the runner owns the block; every read variable granted it a
-        // read, so no writer changes their failure state meanwhile.
-        unsafe { block.dep_slice().iter().filter(|d| d.reads()).find_map(|d| self.vars.get(d.slot()).error()) }
+        // SAFETY: per the contract.
+        unsafe { deps.iter().filter(|d| d.reads()).find_map(|d| self.vars.get(d.slot()).error()) }
     }
 
     fn invoke(&self, block: &OprBlock, ctx: &RunContext, completion: Option<Completion>) -> Outcome {
@@ -286,11 +301,36 @@ impl Core {
             return SweepBatch::EMPTY; // never appended to any queue
         }
         let changes_values = matches!(meta.kind, OprKind::User | OprKind::DeleteVar);
+        // SAFETY: this operation holds exactly these accesses and completes
+        // them once, here.
+        unsafe {
+            self.release_vars(deps, changes_values, matches!(meta.kind, OprKind::DeleteVar), failure, meta.ticket)
+        }
+    }
+
+    /// Releases the accesses `deps` of the operation with ticket `ticket`,
+    /// recording `failure` (or success) on the written variables first when
+    /// the operation `changes_values`, and granting whoever waits next. A
+    /// `deletes` operation held each variable's last access and frees it.
+    /// Returns the variable blocks it freed, for the caller to retire.
+    ///
+    /// # Safety
+    /// The caller holds exactly these granted accesses and releases each
+    /// once.
+    #[inline(always)]
+    pub(crate) unsafe fn release_vars(
+        &self,
+        deps: &[Dep],
+        changes_values: bool,
+        deletes: bool,
+        failure: Option<&Arc<OpError>>,
+        ticket: u64,
+    ) -> SweepBatch {
         let mut freed = SweepBatch::EMPTY;
         for d in deps {
             let slot = self.vars.get(d.slot());
-            // SAFETY: this operation holds exactly this access (so the write
-            // grant while recording) and completes it once. Whoever is
+            // SAFETY: the caller holds exactly this access (so the write
+            // grant while recording) and releases it once. Whoever is
             // granted next on this variable sees the recorded outcome; an
             // operation also waiting on a later variable of ours is not
             // granted that one before its outcome is recorded too.
@@ -305,7 +345,7 @@ impl Core {
                 }
             };
             for next in granted.by_ref() {
-                self.grant(next, meta.ticket);
+                self.grant(next, ticket);
             }
             // What this variable's next completion grants, most often on
             // this thread an operation from now: its block's lines, which
@@ -313,7 +353,7 @@ impl Core {
             // before `grant`'s decrement would wait for them.
             self.oprs.prefetch(granted.behind());
             freed.append(&self.blocks, granted.take_freed());
-            if matches!(meta.kind, OprKind::DeleteVar) {
+            if deletes {
                 // The deletion held the variable's last access.
                 self.free_var(d.slot());
             }
@@ -357,7 +397,7 @@ impl Core {
 /// The failure a synchronous body's outcome (or panic) stands for.
 /// Inlined: on every worker's run, the `Ok` case must stay a test.
 #[inline(always)]
-fn failure_of(name: &'static str, outcome: std::thread::Result<Outcome>) -> Option<Arc<OpError>> {
+pub(crate) fn failure_of(name: &'static str, outcome: std::thread::Result<Outcome>) -> Option<Arc<OpError>> {
     match outcome {
         Ok(Ok(())) => None,
         Ok(Err(message)) => Some(OpError::new(name, message)),

@@ -159,6 +159,10 @@ impl VarSlot {
     pub(crate) unsafe fn finish_write(&self, failure: Option<&Arc<OpError>>) {
         // SAFETY: per the contract we are the only accessor of `error`.
         unsafe { self.done.error.with_mut(|p| *p = failure.cloned()) };
-        self.done.version.fetch_add(1, Ordering::Release);
+        // Only the holder of the write writes the version (and the slot's
+        // creation, before any access): a plain increment, no locked
+        // instruction.
+        let version = &self.done.version;
+        version.store(version.load(Ordering::Relaxed) + 1, Ordering::Release);
     }
 }

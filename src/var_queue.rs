@@ -264,19 +264,8 @@ impl<'a> VarQueue<'a> {
     pub(crate) unsafe fn append(self, blocks: &Pool<VarBlock>, spares: &mut SweepCache, opr: u32, write: bool) -> bool {
         let (sentinel, status) = self.sentinel(blocks);
         let s = blocks.get(sentinel);
-        match status {
-            // Parked idle: there is no granter, so the sentinel is ours
-            // alone; it stays the sentinel (nothing is queued).
-            IDLE => {
-                self.start_alone(s, write);
-                self.hint_nothing_queued();
-                return true;
-            }
-            READING if !write && self.join_reads() => {
-                self.hint_nothing_queued();
-                return true;
-            }
-            _ => {}
+        if self.start_unqueued(s, status, write) {
+            return true;
         }
         // Queue it: fill the sentinel, link a fresh one behind it, publish.
         let spare = spares.take(blocks);
@@ -306,6 +295,39 @@ impl<'a> VarQueue<'a> {
         self.hint_nothing_queued();
         blocks.give(sentinel);
         true
+    }
+
+    /// Grants an access at once if the queue allows it without queuing:
+    /// [`append`](Self::append)'s first step alone. `false`: nothing
+    /// changed (the access would have to wait, or a read found its group
+    /// ending), and no operation needs to be named.
+    ///
+    /// # Safety
+    /// As for [`append`](Self::append).
+    #[inline]
+    pub(crate) unsafe fn grant_at_once(self, blocks: &Pool<VarBlock>, write: bool) -> bool {
+        let (sentinel, status) = self.sentinel(blocks);
+        self.start_unqueued(blocks.get(sentinel), status, write)
+    }
+
+    /// The appender's first step: an access that needs no queued block
+    /// starts at once on sentinel `s`, found holding `status`.
+    #[inline(always)]
+    fn start_unqueued(self, s: &VarBlock, status: u8, write: bool) -> bool {
+        match status {
+            // Parked idle: there is no granter, so the sentinel is ours
+            // alone; it stays the sentinel (nothing is queued).
+            IDLE => {
+                self.start_alone(s, write);
+                self.hint_nothing_queued();
+                true
+            }
+            READING if !write && self.join_reads() => {
+                self.hint_nothing_queued();
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Fills in the hint of "The next in line" (module docs) for operation
@@ -818,6 +840,47 @@ mod loom_models {
             m.check_end();
             m
         }
+
+        /// Operation 0 is granted and runs on a second thread while this
+        /// one, the appender, asks the queue to grant operation 1 at once
+        /// (`grant_at_once`, a direct run's first step) and, refused,
+        /// appends it the usual way; then appends operation 2 and runs
+        /// what was granted here.
+        fn race_at_once(writes: &[bool; 3]) -> Arc<Self> {
+            let m = Model::new(writes);
+            let first = m.append(0..1);
+            assert_eq!(first, [0], "the first access of an idle queue is granted at once");
+            let completer = {
+                let m = m.clone();
+                loom::thread::spawn(move || m.run(first))
+            };
+            // SAFETY: this thread is the model's only appender.
+            let at_once = unsafe { m.halves.queue().grant_at_once(&m.blocks, writes[1]) };
+            let mut mine = if at_once { vec![1] } else { m.append(1..2) };
+            mine.extend(m.append(2..3));
+            m.run(mine);
+            completer.join().unwrap();
+            m.check_end();
+            m
+        }
+    }
+
+    /// **grant at once** against the completion that parks the queue: a
+    /// read asks to join a read as it ends, a write asks for the queue as
+    /// a write completes. Granted, the access runs beside nothing it
+    /// conflicts with; refused, the queue is left as it was, and the usual
+    /// append grants it once, in order. Catches a refusal that leaves a
+    /// reader counted or the sentinel changed.
+    #[test]
+    fn an_access_is_granted_at_once_or_left_to_the_append() {
+        loom::model(|| {
+            let m = Model::race_at_once(&[false, false, true]);
+            assert!(m.seq(0) < m.seq(2) && m.seq(1) < m.seq(2), "the write after both reads");
+        });
+        loom::model(|| {
+            let m = Model::race_at_once(&[true, true, false]);
+            assert!(m.seq(0) < m.seq(1) && m.seq(1) < m.seq(2), "in append order");
+        });
     }
 
     /// **complete write** against **append write**: a writer completes

@@ -209,3 +209,92 @@ fn a_held_completion_keeps_a_stint_from_starting() {
         run.check(kind);
     });
 }
+
+/// In a stint a push whose variables are all free runs directly, with no
+/// operation block (`direct_run.rs`), under the failure rules of SPEC §4:
+/// a failed write marks its variable, a read of it is skipped and passes
+/// the first failure on, a blind write clears it, and `no_skip` runs
+/// anyway. Every body that runs, runs inside its push.
+#[test]
+fn a_stint_keeps_the_failure_rules() {
+    on_each_engine(|kind| {
+        let mut run = Run::new(kind, PACE);
+        run.until_inside(kind);
+        let (a, b, c) = (run.engine.new_var(), run.engine.new_var(), run.engine.new_var());
+        let ran: Arc<Mutex<Vec<(&'static str, bool)>>> = Arc::default();
+        let push = |name: &'static str, fail: bool, no_skip: bool, reads: &[Var], writes: &[Var]| {
+            let ran = ran.clone();
+            let body = move |_: &depengine::RunContext| {
+                ran.lock().unwrap().push((name, IN_PUSH.with(Cell::get)));
+                if fail {
+                    Err("boom".to_owned())
+                } else {
+                    Ok(())
+                }
+            };
+            let opts = depengine::PushOpts::new().name(name);
+            let opts = if no_skip { opts.no_skip() } else { opts };
+            IN_PUSH.with(|p| p.set(true));
+            run.engine.push_sync_with(body, reads, writes, opts).unwrap();
+            IN_PUSH.with(|p| p.set(false));
+        };
+        push("fails", true, false, &[], &[a]);
+        push("skipped", false, false, &[a], &[b]);
+        push("runs anyway", false, true, &[a], &[c]);
+        let failed_first = |r: Result<(), depengine::EngineError>| match r {
+            Err(depengine::EngineError::OpFailed(e)) => e.op_name() == "fails",
+            _ => false,
+        };
+        assert!(failed_first(run.engine.wait_var(b)), "{kind:?}: the skipped read did not pass the failure on");
+        assert!(failed_first(run.engine.wait_var(a)), "{kind:?}: the failed write left no failure");
+        assert_eq!(run.engine.wait_var(c), Ok(()), "{kind:?}: the no_skip read's own write failed");
+        push("clears", false, false, &[], &[a]);
+        push("reads a good value", false, false, &[a], &[b]);
+        assert_eq!(run.engine.wait_var(b), Ok(()), "{kind:?}: a blind write did not clear the failure");
+        let want = [("fails", true), ("runs anyway", true), ("clears", true), ("reads a good value", true)];
+        assert_eq!(*ran.lock().unwrap(), want, "{kind:?}: the bodies that ran, and whether inside their push");
+        assert!(run.engine.wait_all().is_err(), "{kind:?}: wait_all did not report the failure");
+        let stats = run.engine.stats();
+        assert_eq!((stats.failed, stats.skipped), (2, 1), "{kind:?}: failed (the write and the skip) and skipped");
+    });
+}
+
+/// A body run directly in a stint holds its variables: a wait on one of
+/// them inside the body is refused as a deadlock, one on another variable
+/// is not; an operation the body pushes on a variable it writes runs only
+/// after the body has returned, and reads what the body wrote last.
+#[test]
+fn a_body_run_in_a_stint_holds_its_variables() {
+    on_each_engine(|kind| {
+        let mut run = Run::new(kind, PACE);
+        run.until_inside(kind);
+        let engine = Arc::new(run.engine);
+        let (held, other) = (engine.new_var(), engine.new_var());
+        let cell = Arc::new(AtomicU64::new(0));
+        let seen = Arc::new(AtomicU64::new(u64::MAX));
+        let (e, c, s) = (engine.clone(), cell.clone(), seen.clone());
+        let waits = Arc::new(Mutex::new(Vec::new()));
+        let w = waits.clone();
+        let body = move |_: &depengine::RunContext| {
+            assert!(IN_PUSH.with(Cell::get), "the body did not run inside its push");
+            w.lock().unwrap().push((e.wait_var(held), e.wait_var(other)));
+            let (c2, s2) = (c.clone(), s.clone());
+            e.push_sync(move |_| s2.store(c2.load(Ordering::SeqCst), Ordering::SeqCst), &[], &[held]).unwrap();
+            // A worker would run the pushed operation now if it were not
+            // held: give it the time to show that.
+            std::thread::sleep(Duration::from_millis(20));
+            c.store(7, Ordering::SeqCst);
+        };
+        IN_PUSH.with(|p| p.set(true));
+        engine.push_sync(body, &[], &[held]).unwrap();
+        IN_PUSH.with(|p| p.set(false));
+        engine.wait_all().unwrap();
+        let waits = waits.lock().unwrap();
+        assert_eq!(
+            *waits,
+            [(Err(depengine::EngineError::WaitWouldDeadlock), Ok(()))],
+            "{kind:?}: the waits inside the body"
+        );
+        assert_eq!(seen.load(Ordering::SeqCst), 7, "{kind:?}: the operation pushed from the body ran before it ended");
+    });
+}

@@ -39,7 +39,8 @@
 //!   does the same). `Async`
 //!   and `DeleteVar` operations ready at dispatch always run there (the
 //!   kAsync inline path), and so do `Normal` CPU ones during a stint
-//!   (`pusher_runs.rs`; the pooled engine too).
+//!   (`pusher_runs.rs`; the pooled engine too), most of them with no
+//!   block at all (`direct_run.rs`).
 //!
 //! The deque is crossbeam's Chase-Lev deque (`crossbeam_deque::Worker`,
 //! LIFO for the owner, FIFO for thieves; under loom a twin that loom can

@@ -17,7 +17,8 @@
 //!   (`Core::unqueued_ticket`, `inline_pace.rs`);
 //! - **in a stint** (`pusher_runs.rs`), a `Normal` CPU operation that its
 //!   push made ready runs on the pusher, inside the push, while that beats
-//!   the pusher's pace of queued pushes.
+//!   the pusher's pace of queued pushes (with no block at all where its
+//!   variables are all free, `direct_run.rs`).
 //!
 //! Idle workers spin for the configured time, then park (`park.rs`). A
 //! push from a thread that has just waited on the engine (`wait_var`,

@@ -1,0 +1,172 @@
+//! Direct runs: in a stint (`pusher_runs.rs`), a synchronous push whose
+//! variables all grant it at once runs its body inside the push with no
+//! operation block at all.
+//!
+//! A stint already runs such an operation on its pusher, through the
+//! inline trampoline, once its dispatch finds it ready (`Core::
+//! schedule_ready`). But it still takes the whole queued path to get
+//! there: an operation block from the pool, the closure stored in it and
+//! read back, the variable list written and read twice, the ready list,
+//! the runner's checks and the block's return. On one thread that is most
+//! of what an operation costs (about 1,000 instructions for a `chain`
+//! operation, against 11 ns for one with no variables run unqueued).
+//!
+//! A direct run keeps only what the ordering rules need:
+//!
+//! 1. **Grant.** As the combiner (`Dispatcher::take_ticket`, which never
+//!    waits for another combiner), each variable grants the access at
+//!    once or not at all (`VarQueue::grant_at_once`: a parked queue, or a
+//!    read joining running reads). If every variable grants it, the
+//!    operation takes the next ticket, in order with every other push. If
+//!    one does not, the grants taken so far are released (no other
+//!    operation can have been queued behind them: appending is the
+//!    combiner's alone, and we held it throughout), no ticket is taken,
+//!    and the push goes the usual way. The same happens when the engine is
+//!    closing or a variable is being deleted: the usual way rejects it.
+//! 2. **Run.** The body runs in the push's own frame, after the combiner
+//!    has let go, under the same failure rule as a queued operation's
+//!    (a failure held by a variable it reads skips it, unless `no_skip`).
+//! 3. **Release.** Its outcome is recorded on the written variables, and
+//!    each variable is released the way a queued operation's completion
+//!    releases it (`Core::release_vars`): whoever was queued behind it
+//!    meanwhile is granted.
+//!
+//! A direct run is never pending, as for a run unqueued
+//! (`Core::run_unqueued`): it ends before its push returns. The same
+//! conditions as a stint's runs apply (`Core::may_run_ready_here`): never
+//! inside a body of this engine, nor with the profiler or hang diagnosis
+//! on. While its body runs, the thread's running operation names the
+//! variables it holds (`DIRECT_DEPS`), so that a wait inside the body on
+//! one of them is refused as a deadlock, as in a queued body.
+
+use crate::context::{FnProperty, PushOpts, RunContext};
+use crate::core::{Core, CURRENT_OP};
+use crate::error::EngineError;
+use crate::inline_fn::Outcome;
+use crate::opr::{Dep, DepList, INLINE_VARS, READ, WRITE};
+use crate::pool::NIL;
+use crate::run::failure_of;
+use crate::sync::Ordering;
+use crate::var::Var;
+use std::cell::Cell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// `CURRENT_OP`'s operation while a body runs directly: the variables it
+/// holds are in `DIRECT_DEPS`. No pool hands out this index.
+pub(crate) const DIRECT: u32 = NIL - 2;
+
+crate::sync::thread_local! {
+    /// The variables held by the direct run whose body this thread runs
+    /// (valid while `CURRENT_OP` names [`DIRECT`]).
+    pub(crate) static DIRECT_DEPS: Cell<*const [Dep]> = const { Cell::new(&[] as *const [Dep]) };
+}
+
+/// A push granted by all its variables at once, with its place in the
+/// ticket order: it runs with [`Core::run_direct`], which releases them.
+pub(crate) struct DirectGrant {
+    ticket: u64,
+    deps: DepList,
+}
+
+impl Core {
+    /// Grants a synchronous push its variables at once and takes its
+    /// ticket, if it may run directly now (module docs). `Ok(None)`: push
+    /// it the usual way (which also reports an invalid variable).
+    #[inline]
+    pub(crate) fn direct_grant(
+        &self,
+        reads: &[Var],
+        writes: &[Var],
+        opts: &PushOpts,
+    ) -> Result<Option<DirectGrant>, EngineError> {
+        if !self.pusher_runs.is_on()
+            || opts.prop != FnProperty::Normal
+            || opts.ctx.is_gpu()
+            || reads.len() + writes.len() > INLINE_VARS
+        {
+            return Ok(None);
+        }
+        self.direct_grant_now(reads, writes)
+    }
+
+    /// [`direct_grant`](Self::direct_grant) past its first checks.
+    #[inline(never)]
+    fn direct_grant_now(&self, reads: &[Var], writes: &[Var]) -> Result<Option<DirectGrant>, EngineError> {
+        if !self.may_run_ready_here() {
+            return Ok(None);
+        }
+        // Once GPU work has been scheduled, a host body may first have to
+        // wait for some (`Core::run`); only the usual runner does that.
+        #[cfg(feature = "cuda")]
+        if self.gpu_used.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        let mut deps = DepList::default();
+        for (vars, mode) in [(writes, WRITE), (reads, READ)] {
+            for &v in vars {
+                if self.slot_of(v).is_err() {
+                    return Ok(None);
+                }
+                deps.add(Dep::new(v.slot, v.gen, mode));
+            }
+        }
+        // Keep this thread's order: its bulked pushes go first.
+        crate::bulk::flush_for(self)?;
+        self.check_open()?;
+        let ticket = self.take_ticket(|| self.grant_at_once(deps.as_slice()));
+        Ok(ticket.map(|ticket| DirectGrant { ticket, deps }))
+    }
+
+    /// Step 1 of the module docs, as the combiner: whether every variable
+    /// granted its access at once (else none holds one).
+    fn grant_at_once(&self, deps: &[Dep]) -> bool {
+        if self.shutting_down.load(Ordering::Relaxed) {
+            return false;
+        }
+        for (i, d) in deps.iter().enumerate() {
+            let slot = self.vars.get(d.slot());
+            // SAFETY: we are the combiner, the queues' only appender.
+            if !slot.dispatchable(d.gen) || !unsafe { slot.queue().grant_at_once(&self.blocks, d.writes()) } {
+                // SAFETY: we hold exactly the accesses granted so far, and
+                // nothing was queued behind them (we still append alone):
+                // releasing them unrecorded leaves each queue as we found
+                // it, and grants nobody.
+                let freed = unsafe { self.release_vars(&deps[..i], false, false, None, 0) };
+                self.retire_var_blocks(freed);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Runs a push granted by [`direct_grant`](Self::direct_grant) (steps
+    /// 2 and 3 of the module docs).
+    #[inline(always)]
+    pub(crate) fn run_direct(&self, grant: DirectGrant, opts: &PushOpts, body: impl FnOnce(&RunContext) -> Outcome) {
+        let DirectGrant { ticket, deps } = grant;
+        let deps = deps.as_slice();
+        // SAFETY: the grant holds every access in `deps`.
+        let failure = match unsafe { self.skip_failure(true, opts, deps) } {
+            Some(inherited) => {
+                self.stats.skipped();
+                Some(inherited)
+            }
+            None => {
+                let ctx = RunContext { ticket, priority: opts.priority, ..RunContext::on_host(opts.ctx) };
+                let outer = CURRENT_OP.with(|c| c.replace((self, DIRECT)));
+                let outer_deps = DIRECT_DEPS.with(|c| c.replace(deps));
+                let outcome = catch_unwind(AssertUnwindSafe(|| body(&ctx)));
+                DIRECT_DEPS.with(|c| c.set(outer_deps));
+                CURRENT_OP.with(|c| c.set(outer));
+                self.pusher_runs.note_run();
+                failure_of(opts.name, outcome)
+            }
+        };
+        if let Some(failure) = &failure {
+            self.record_failure(failure);
+        }
+        // SAFETY: the grant holds exactly these accesses; released once.
+        let freed = unsafe { self.release_vars(deps, true, false, failure.as_ref(), ticket) };
+        self.retire_var_blocks(freed);
+    }
+}

@@ -29,7 +29,13 @@
 //! 3. **Release.** Its outcome is recorded on the written variables, and
 //!    each variable is released the way a queued operation's completion
 //!    releases it (`Core::release_vars`): whoever was queued behind it
-//!    meanwhile is granted.
+//!    meanwhile is granted. Where that would take two locked instructions
+//!    or more (a read takes two, its count and the park; a write one), the
+//!    pusher first becomes the combiner again, if it can at once, and
+//!    releases each access that nothing waits behind with plain stores
+//!    (`VarQueue::release_at_once`): as the only appender it knows that
+//!    nobody fills the queue's sentinel meanwhile, which is all the
+//!    park's CAS guards against.
 //!
 //! A direct run is never pending, as for a run unqueued
 //! (`Core::run_unqueued`): it ends before its push returns. The same
@@ -63,6 +69,10 @@ crate::sync::thread_local! {
 
 /// A push granted by all its variables at once, with its place in the
 /// ticket order: it runs with [`Core::run_direct`], which releases them.
+/// The pusher keeps it in its own frame and [`Core::direct_grant`] fills
+/// it in place (returned by value, its variable list, just written in
+/// pieces, would be read back whole: a stalled load on every push).
+#[derive(Default)]
 pub(crate) struct DirectGrant {
     ticket: u64,
     deps: DepList,
@@ -70,42 +80,44 @@ pub(crate) struct DirectGrant {
 
 impl Core {
     /// Grants a synchronous push its variables at once and takes its
-    /// ticket, if it may run directly now (module docs). `Ok(None)`: push
-    /// it the usual way (which also reports an invalid variable).
+    /// ticket, into `grant` (fresh), if it may run directly now (module
+    /// docs). `Ok(false)`: push it the usual way (which also reports an
+    /// invalid variable).
     #[inline]
     pub(crate) fn direct_grant(
         &self,
+        grant: &mut DirectGrant,
         reads: &[Var],
         writes: &[Var],
         opts: &PushOpts,
-    ) -> Result<Option<DirectGrant>, EngineError> {
+    ) -> Result<bool, EngineError> {
         if !self.pusher_runs.is_on()
             || opts.prop != FnProperty::Normal
             || opts.ctx.is_gpu()
             || reads.len() + writes.len() > INLINE_VARS
         {
-            return Ok(None);
+            return Ok(false);
         }
-        self.direct_grant_now(reads, writes)
+        self.direct_grant_now(grant, reads, writes)
     }
 
     /// [`direct_grant`](Self::direct_grant) past its first checks.
     #[inline(never)]
-    fn direct_grant_now(&self, reads: &[Var], writes: &[Var]) -> Result<Option<DirectGrant>, EngineError> {
+    fn direct_grant_now(&self, grant: &mut DirectGrant, reads: &[Var], writes: &[Var]) -> Result<bool, EngineError> {
         if !self.may_run_ready_here() {
-            return Ok(None);
+            return Ok(false);
         }
         // Once GPU work has been scheduled, a host body may first have to
         // wait for some (`Core::run`); only the usual runner does that.
         #[cfg(feature = "cuda")]
         if self.gpu_used.load(Ordering::Relaxed) {
-            return Ok(None);
+            return Ok(false);
         }
-        let mut deps = DepList::default();
+        let deps = &mut grant.deps;
         for (vars, mode) in [(writes, WRITE), (reads, READ)] {
             for &v in vars {
                 if self.slot_of(v).is_err() {
-                    return Ok(None);
+                    return Ok(false);
                 }
                 deps.add(Dep::new(v.slot, v.gen, mode));
             }
@@ -113,8 +125,13 @@ impl Core {
         // Keep this thread's order: its bulked pushes go first.
         crate::bulk::flush_for(self)?;
         self.check_open()?;
-        let ticket = self.take_ticket(|| self.grant_at_once(deps.as_slice()));
-        Ok(ticket.map(|ticket| DirectGrant { ticket, deps }))
+        match self.take_ticket(|| self.grant_at_once(deps.as_slice())) {
+            Some(ticket) => {
+                grant.ticket = ticket;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
     }
 
     /// Step 1 of the module docs, as the combiner: whether every variable
@@ -131,7 +148,7 @@ impl Core {
                 // nothing was queued behind them (we still append alone):
                 // releasing them unrecorded leaves each queue as we found
                 // it, and grants nobody.
-                let freed = unsafe { self.release_vars(&deps[..i], false, false, None, 0) };
+                let freed = unsafe { self.release_vars(deps[..i].iter().copied(), false, false, None, 0) };
                 self.retire_var_blocks(freed);
                 return false;
             }
@@ -139,12 +156,28 @@ impl Core {
         true
     }
 
+    /// As the combiner, if this thread can become it at once, releases
+    /// each of `deps` that nothing waits behind with plain stores
+    /// (`VarQueue::release_at_once`), setting bit `i` of `released` for
+    /// `deps[i]`.
+    fn release_at_once(&self, deps: &[Dep], released: &mut u32) {
+        self.take_ticket(|| {
+            for (i, d) in deps.iter().enumerate() {
+                // SAFETY: we are the combiner (the queues' only appender),
+                // and the caller's grant holds this access, not completed.
+                if unsafe { self.vars.get(d.slot()).queue().release_at_once(&self.blocks, d.writes()) } {
+                    *released |= 1 << i;
+                }
+            }
+            false // no ticket
+        });
+    }
+
     /// Runs a push granted by [`direct_grant`](Self::direct_grant) (steps
     /// 2 and 3 of the module docs).
     #[inline(always)]
-    pub(crate) fn run_direct(&self, grant: DirectGrant, opts: &PushOpts, body: impl FnOnce(&RunContext) -> Outcome) {
-        let DirectGrant { ticket, deps } = grant;
-        let deps = deps.as_slice();
+    pub(crate) fn run_direct(&self, grant: &DirectGrant, opts: &PushOpts, body: impl FnOnce(&RunContext) -> Outcome) {
+        let (ticket, deps) = (grant.ticket, grant.deps.as_slice());
         // SAFETY: the grant holds every access in `deps`.
         let failure = match unsafe { self.skip_failure(true, opts, deps) } {
             Some(inherited) => {
@@ -165,8 +198,25 @@ impl Core {
         if let Some(failure) = &failure {
             self.record_failure(failure);
         }
-        // SAFETY: the grant holds exactly these accesses; released once.
-        let freed = unsafe { self.release_vars(deps, true, false, failure.as_ref(), ticket) };
+        for d in deps.iter().filter(|d| d.writes()) {
+            // SAFETY: the grant holds this write.
+            unsafe { self.vars.get(d.slot()).finish_write(failure.as_ref()) };
+        }
+        // As the combiner, release at once each access that nothing waits
+        // behind: plain stores, where completing it the usual way takes a
+        // locked instruction per write (the park) and two per read (the
+        // count and the park), each waiting for every store before it, the
+        // body's included. Taking the combiner again costs about one of
+        // them: it pays from two on (PERF.md, "2026-11-27, tenth session").
+        let mut released = 0u32; // bit i: deps[i]
+        let locked: usize = deps.iter().map(|d| if d.writes() { 1 } else { 2 }).sum();
+        if locked >= 2 {
+            self.release_at_once(deps, &mut released);
+        }
+        let rest = deps.iter().enumerate().filter(|&(i, _)| released & (1 << i) == 0).map(|(_, &d)| d);
+        // SAFETY: the grant holds exactly these accesses, the others
+        // released above; each released once. The outcome is recorded.
+        let freed = unsafe { self.release_vars(rest, false, false, None, ticket) };
         self.retire_var_blocks(freed);
     }
 }

@@ -5,6 +5,7 @@ use crate::config::{EngineBuilder, EngineKind};
 use crate::context::{Context, FnProperty, PushOpts, RunContext};
 use crate::core::Core;
 use crate::diagnose::HangReport;
+use crate::direct_run::DirectGrant;
 use crate::error::{EngineError, OpOutput};
 use crate::executor::naive::NaiveExecutor;
 use crate::executor::per_device::PerDeviceExecutor;
@@ -262,13 +263,10 @@ impl Engine {
                 Err(unrun) => body = unrun,
             }
         } else if !crate::bulk::wants(&opts) {
-            match self.core.direct_grant(reads, writes, &opts) {
-                Ok(Some(grant)) => {
-                    self.core.run_direct(grant, &opts, |ctx| body(ctx).into_outcome());
-                    return Ok(());
-                }
-                Ok(None) => {}
-                Err(e) => return Err(e),
+            let mut grant = DirectGrant::default();
+            if self.core.direct_grant(&mut grant, reads, writes, &opts)? {
+                self.core.run_direct(&grant, &opts, |ctx| body(ctx).into_outcome());
+                return Ok(());
             }
         }
         let mut body = InlineFn::new_sync(body);

@@ -304,7 +304,8 @@ impl Core {
         // SAFETY: this operation holds exactly these accesses and completes
         // them once, here.
         unsafe {
-            self.release_vars(deps, changes_values, matches!(meta.kind, OprKind::DeleteVar), failure, meta.ticket)
+            let deletes = matches!(meta.kind, OprKind::DeleteVar);
+            self.release_vars(deps.iter().copied(), changes_values, deletes, failure, meta.ticket)
         }
     }
 
@@ -320,7 +321,7 @@ impl Core {
     #[inline(always)]
     pub(crate) unsafe fn release_vars(
         &self,
-        deps: &[Dep],
+        deps: impl Iterator<Item = Dep>,
         changes_values: bool,
         deletes: bool,
         failure: Option<&Arc<OpError>>,

@@ -403,6 +403,43 @@ impl<'a> VarQueue<'a> {
         unsafe { self.grant_or_park(blocks, READING) }
     }
 
+    /// **release at once**: the calling operation's access, granted at once
+    /// (`grant_at_once`), is done, and nothing waits behind it: parks the
+    /// queue idle with plain stores, no locked instruction, and returns
+    /// `true`. As the appender, the caller knows that nobody can fill the
+    /// sentinel meanwhile (the appender's swap is what the usual park's CAS
+    /// races with), and as the only holder (a write, or the one read still
+    /// running) that nobody else grants. `false`: something waits behind
+    /// it, or other reads still run; nothing changed, and the caller
+    /// completes the access the usual way ([`complete_write`](Self::complete_write),
+    /// [`complete_read`](Self::complete_read)).
+    ///
+    /// # Safety
+    /// As for [`append`](Self::append) (the caller is the dispatcher), and
+    /// the caller holds a granted access of this kind on the queue and has
+    /// not completed it.
+    #[inline]
+    pub(crate) unsafe fn release_at_once(self, blocks: &Pool<VarBlock>, write: bool) -> bool {
+        let readers = &self.head.readers;
+        if !write && readers.load(Ordering::Relaxed) != 1 {
+            return false;
+        }
+        // SAFETY: granter-owned: we are the writer, or the one reader left.
+        let first = unsafe { self.head.first_waiting.with(|p| *p) };
+        let f = blocks.get(first);
+        // Unfilled, `first` is the sentinel: nothing waits.
+        if f.status.load(Ordering::Acquire) != if write { EMPTY } else { READING } {
+            return false;
+        }
+        if !write {
+            readers.store(0, Ordering::Relaxed);
+        }
+        // Release: the next access, granted by this parked sentinel, sees
+        // what this one did (the recorded outcome above all).
+        f.status.store(IDLE, Ordering::Release);
+        true
+    }
+
     /// **complete write**: the calling operation's granted write is done.
     /// Returns the operations this grants (one write or a run of reads).
     ///
@@ -792,13 +829,8 @@ mod loom_models {
         fn run(&self, mut mine: Vec<u32>) {
             while let Some(op) = mine.pop() {
                 let write = self.writes[op as usize];
-                self.grants[op as usize].fetch_add(1, Ordering::SeqCst);
-                let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
-                self.grant_seq[op as usize].store(seq, Ordering::SeqCst);
-                let weight = if write { WRITE_WEIGHT } else { 1 };
-                let before = self.running.fetch_add(weight, Ordering::SeqCst);
-                assert!(before == 0 || (!write && before < WRITE_WEIGHT), "op {op} (write: {write}) ran beside others");
-                self.running.fetch_sub(weight, Ordering::SeqCst);
+                self.start(op);
+                self.stop(op);
                 // SAFETY: `op` holds its granted access and completes it once.
                 mine.extend(unsafe {
                     if write {
@@ -807,6 +839,30 @@ mod loom_models {
                         self.halves.queue().complete_read(&self.blocks)
                     }
                 });
+            }
+        }
+
+        /// Operation `op` starts: it must run beside nothing it conflicts
+        /// with.
+        fn start(&self, op: u32) {
+            let write = self.writes[op as usize];
+            self.grants[op as usize].fetch_add(1, Ordering::SeqCst);
+            let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
+            self.grant_seq[op as usize].store(seq, Ordering::SeqCst);
+            let before = self.running.fetch_add(Self::weight(write), Ordering::SeqCst);
+            assert!(before == 0 || (!write && before < WRITE_WEIGHT), "op {op} (write: {write}) ran beside others");
+        }
+
+        /// Operation `op` has run (its access is not released yet).
+        fn stop(&self, op: u32) {
+            self.running.fetch_sub(Self::weight(self.writes[op as usize]), Ordering::SeqCst);
+        }
+
+        fn weight(write: bool) -> i64 {
+            if write {
+                WRITE_WEIGHT
+            } else {
+                1
             }
         }
 
@@ -856,7 +912,25 @@ mod loom_models {
             };
             // SAFETY: this thread is the model's only appender.
             let at_once = unsafe { m.halves.queue().grant_at_once(&m.blocks, writes[1]) };
-            let mut mine = if at_once { vec![1] } else { m.append(1..2) };
+            let mut mine = if at_once { vec![] } else { m.append(1..2) };
+            if at_once {
+                // A direct run: operation 1 runs and, still the appender,
+                // is released at once where nothing waits behind it.
+                let (q, write) = (m.halves.queue(), writes[1]);
+                m.start(1);
+                m.stop(1);
+                // SAFETY: the only appender; operation 1 holds its access.
+                if !unsafe { q.release_at_once(&m.blocks, write) } {
+                    // SAFETY: as above, completed once.
+                    mine.extend(unsafe {
+                        if write {
+                            q.complete_write(&m.blocks)
+                        } else {
+                            q.complete_read(&m.blocks)
+                        }
+                    });
+                }
+            }
             mine.extend(m.append(2..3));
             m.run(mine);
             completer.join().unwrap();
@@ -865,12 +939,15 @@ mod loom_models {
         }
     }
 
-    /// **grant at once** against the completion that parks the queue: a
-    /// read asks to join a read as it ends, a write asks for the queue as
-    /// a write completes. Granted, the access runs beside nothing it
-    /// conflicts with; refused, the queue is left as it was, and the usual
-    /// append grants it once, in order. Catches a refusal that leaves a
-    /// reader counted or the sentinel changed.
+    /// **grant at once** and **release at once** (a direct run) against
+    /// the completion that parks the queue: a read asks to join a read as
+    /// it ends, a write asks for the queue as a write completes. Granted,
+    /// the access runs beside nothing it conflicts with and is released
+    /// with plain stores only while nothing waits and no other read runs;
+    /// refused, the queue is left as it was, and the usual append grants
+    /// it once, in order. Catches a refusal that leaves a reader counted
+    /// or the sentinel changed, and a release at once that parks the
+    /// queue under a running read.
     #[test]
     fn an_access_is_granted_at_once_or_left_to_the_append() {
         loom::model(|| {

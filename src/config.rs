@@ -387,9 +387,9 @@ impl EngineBuilder {
     /// synchronous push whose variables are all free runs *directly*,
     /// with no operation block at all: granted, run and released inside
     /// the push. At W=0 on the two-core hosts of PERF.md, `chain` runs in
-    /// about 33 ns an operation instead of 50–60 queued, `random` in 65
-    /// instead of about 220, `layered` in 76 instead of 150–160 and
-    /// `fanout` in 46 instead of about 125 ("2026-11-27, ninth session"
+    /// about 30 ns an operation instead of 50–60 queued, `random` in 60
+    /// instead of about 220, `layered` in 55 instead of 150–160 and
+    /// `fanout` in 40 instead of about 125 ("2026-11-27, ninth session"
     /// and "tenth session"). [`EngineStats::stints`](crate::EngineStats::stints)
     /// counts the stints; a body's own pushes, and pushes while the
     /// profiler or hang diagnosis is on, never run so. As with a pusher at

@@ -449,6 +449,15 @@ impl Core {
         ticket
     }
 
+    /// Whether a stint is on and takes an operation pushed with `opts`
+    /// onto its pusher: a `Normal` CPU one (`pusher_runs.rs`). The cheap
+    /// half of the rule, for the hot path; [`may_run_ready_here`](Self::may_run_ready_here)
+    /// is the other.
+    #[inline(always)]
+    pub(crate) fn stint_takes(&self, opts: &PushOpts) -> bool {
+        self.pusher_runs.is_on() && opts.prop == FnProperty::Normal && !opts.ctx.is_gpu()
+    }
+
     /// Whether a push from this thread may run operations inside itself
     /// on this engine now: the executor allows it, no profiler or hang
     /// diagnosis watches the queues, and the thread is not in a body of
@@ -690,12 +699,7 @@ impl Core {
             && self.executor.runs_async_inline()
         {
             crate::executor::inline::run_inline(self, op);
-        } else if at_dispatch
-            && self.pusher_runs.is_on()
-            && meta.opts.prop == FnProperty::Normal
-            && !meta.opts.ctx.is_gpu()
-            && self.may_run_ready_here()
-        {
+        } else if at_dispatch && self.stint_takes(&meta.opts) && self.may_run_ready_here() {
             crate::executor::inline::run_inline(self, op);
             self.pusher_runs.note_run();
         } else {

@@ -45,7 +45,7 @@
 //! variables it holds (`DIRECT_DEPS`), so that a wait inside the body on
 //! one of them is refused as a deadlock, as in a queued body.
 
-use crate::context::{FnProperty, PushOpts, RunContext};
+use crate::context::{PushOpts, RunContext};
 use crate::core::{Core, CURRENT_OP};
 use crate::error::EngineError;
 use crate::inline_fn::Outcome;
@@ -91,11 +91,7 @@ impl Core {
         writes: &[Var],
         opts: &PushOpts,
     ) -> Result<bool, EngineError> {
-        if !self.pusher_runs.is_on()
-            || opts.prop != FnProperty::Normal
-            || opts.ctx.is_gpu()
-            || reads.len() + writes.len() > INLINE_VARS
-        {
+        if !self.stint_takes(opts) || reads.len() + writes.len() > INLINE_VARS {
             return Ok(false);
         }
         self.direct_grant_now(grant, reads, writes)

@@ -832,13 +832,7 @@ mod loom_models {
                 self.start(op);
                 self.stop(op);
                 // SAFETY: `op` holds its granted access and completes it once.
-                mine.extend(unsafe {
-                    if write {
-                        self.halves.queue().complete_write(&self.blocks)
-                    } else {
-                        self.halves.queue().complete_read(&self.blocks)
-                    }
-                });
+                mine.extend(unsafe { self.complete(write) });
             }
         }
 
@@ -856,6 +850,22 @@ mod loom_models {
         /// Operation `op` has run (its access is not released yet).
         fn stop(&self, op: u32) {
             self.running.fetch_sub(Self::weight(self.writes[op as usize]), Ordering::SeqCst);
+        }
+
+        /// Completes an access of the given kind, returning what it grants.
+        ///
+        /// # Safety
+        /// The caller's operation holds that granted access and completes
+        /// it once.
+        unsafe fn complete(&self, write: bool) -> Granted<'_> {
+            // SAFETY: per the contract.
+            unsafe {
+                if write {
+                    self.halves.queue().complete_write(&self.blocks)
+                } else {
+                    self.halves.queue().complete_read(&self.blocks)
+                }
+            }
         }
 
         fn weight(write: bool) -> i64 {
@@ -912,23 +922,18 @@ mod loom_models {
             };
             // SAFETY: this thread is the model's only appender.
             let at_once = unsafe { m.halves.queue().grant_at_once(&m.blocks, writes[1]) };
-            let mut mine = if at_once { vec![] } else { m.append(1..2) };
-            if at_once {
+            let mut mine = Vec::new();
+            if !at_once {
+                mine = m.append(1..2);
+            } else {
                 // A direct run: operation 1 runs and, still the appender,
                 // is released at once where nothing waits behind it.
-                let (q, write) = (m.halves.queue(), writes[1]);
                 m.start(1);
                 m.stop(1);
                 // SAFETY: the only appender; operation 1 holds its access.
-                if !unsafe { q.release_at_once(&m.blocks, write) } {
+                if !unsafe { m.halves.queue().release_at_once(&m.blocks, writes[1]) } {
                     // SAFETY: as above, completed once.
-                    mine.extend(unsafe {
-                        if write {
-                            q.complete_write(&m.blocks)
-                        } else {
-                            q.complete_read(&m.blocks)
-                        }
-                    });
+                    mine.extend(unsafe { m.complete(writes[1]) });
                 }
             }
             mine.extend(m.append(2..3));

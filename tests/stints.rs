@@ -40,6 +40,14 @@ std::thread_local! {
     static IN_PUSH: Cell<bool> = const { Cell::new(false) };
 }
 
+/// Runs `push` with this thread marked as inside a push ([`IN_PUSH`]).
+fn in_push<T>(push: impl FnOnce() -> T) -> T {
+    IN_PUSH.with(|p| p.set(true));
+    let pushed = push();
+    IN_PUSH.with(|p| p.set(false));
+    pushed
+}
+
 /// An engine's variables and their values, and what each push did.
 struct Run {
     engine: Engine,
@@ -83,9 +91,7 @@ impl Run {
             cells[w].store(common::mix(i as u64, read), Ordering::Relaxed);
             writers[w].lock().unwrap().push(i);
         };
-        IN_PUSH.with(|p| p.set(true));
-        self.engine.push_sync(body, &[self.vars[r]], &[self.vars[w]]).unwrap();
-        IN_PUSH.with(|p| p.set(false));
+        in_push(|| self.engine.push_sync(body, &[self.vars[r]], &[self.vars[w]])).unwrap();
         let inside = ran_inside.load(Ordering::Relaxed) == 1;
         self.inside.push(inside);
         inside
@@ -234,9 +240,7 @@ fn a_stint_keeps_the_failure_rules() {
             };
             let opts = depengine::PushOpts::new().name(name);
             let opts = if no_skip { opts.no_skip() } else { opts };
-            IN_PUSH.with(|p| p.set(true));
-            run.engine.push_sync_with(body, reads, writes, opts).unwrap();
-            IN_PUSH.with(|p| p.set(false));
+            in_push(|| run.engine.push_sync_with(body, reads, writes, opts)).unwrap();
         };
         push("fails", true, false, &[], &[a]);
         push("skipped", false, false, &[a], &[b]);
@@ -285,9 +289,7 @@ fn a_body_run_in_a_stint_holds_its_variables() {
             std::thread::sleep(Duration::from_millis(20));
             c.store(7, Ordering::SeqCst);
         };
-        IN_PUSH.with(|p| p.set(true));
-        engine.push_sync(body, &[], &[held]).unwrap();
-        IN_PUSH.with(|p| p.set(false));
+        in_push(|| engine.push_sync(body, &[], &[held])).unwrap();
         engine.wait_all().unwrap();
         let waits = waits.lock().unwrap();
         assert_eq!(

@@ -163,11 +163,17 @@ fn flush_any() -> Result<(), EngineError> {
 }
 
 /// Pushes this thread's open bulk if it belongs to `core`.
-#[inline]
+#[inline(always)]
 pub(crate) fn flush_for(core: &Core) -> Result<(), EngineError> {
+    // No bulk open on this thread (almost every push): no call.
     if !ACTIVE.with(|a| a.get()) {
         return Ok(());
     }
+    flush_open_for(core)
+}
+
+#[inline(never)]
+fn flush_open_for(core: &Core) -> Result<(), EngineError> {
     let open = BULK.with(|b| {
         let mut b = b.borrow_mut();
         let open = if b.open.as_ref().is_some_and(|o| std::ptr::eq(Arc::as_ptr(&o.core), core)) {

@@ -94,6 +94,11 @@ pub(crate) struct Core {
     /// per operation.
     spare_blocks: CachePadded<SpareBlocks>,
     pub(crate) executor: Box<dyn Executor>,
+    /// The executor's `runs_async_inline` and `runs_inline_over_cap`,
+    /// asked once: the second is asked on every direct run and every push
+    /// run unqueued, where a virtual call showed in their profiles.
+    runs_async_inline: bool,
+    runs_inline_over_cap: bool,
     pub(crate) pending: PendingCounter,
     pub(crate) first_error: FirstError,
     pub(crate) shutting_down: AtomicBool,
@@ -153,6 +158,8 @@ impl Core {
             bulks: Pool::new(),
             dispatcher: Dispatcher::default(),
             spare_blocks: CachePadded::new(SpareBlocks(UnsafeCell::new(SweepCache::default()))),
+            runs_async_inline: executor.runs_async_inline(),
+            runs_inline_over_cap: executor.runs_inline_over_cap(),
             executor,
             pending: PendingCounter::default(),
             first_error: FirstError::default(),
@@ -464,10 +471,7 @@ impl Core {
     /// this engine (whose own operation is pending, and holds its
     /// variables).
     pub(crate) fn may_run_ready_here(&self) -> bool {
-        self.executor.runs_inline_over_cap()
-            && self.profiler.session() == 0
-            && self.diagnosis.is_none()
-            && !self.in_own_body()
+        self.runs_inline_over_cap && self.profiler.session() == 0 && self.diagnosis.is_none() && !self.in_own_body()
     }
 
     /// Schedules what a combining pass found ready (after it let go).
@@ -696,7 +700,7 @@ impl Core {
         } else if at_dispatch
             && matches!(meta.opts.prop, FnProperty::Async | FnProperty::DeleteVar)
             && !meta.opts.ctx.is_gpu()
-            && self.executor.runs_async_inline()
+            && self.runs_async_inline
         {
             crate::executor::inline::run_inline(self, op);
         } else if at_dispatch && self.stint_takes(&meta.opts) && self.may_run_ready_here() {

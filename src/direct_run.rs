@@ -49,7 +49,7 @@ use crate::context::{PushOpts, RunContext};
 use crate::core::{Core, CURRENT_OP};
 use crate::error::EngineError;
 use crate::inline_fn::Outcome;
-use crate::opr::{Dep, DepList, INLINE_VARS, READ, WRITE};
+use crate::opr::{merge, Dep, INLINE_VARS, READ, WRITE};
 use crate::pool::NIL;
 use crate::run::failure_of;
 use crate::sync::Ordering;
@@ -72,10 +72,33 @@ crate::sync::thread_local! {
 /// The pusher keeps it in its own frame and [`Core::direct_grant`] fills
 /// it in place (returned by value, its variable list, just written in
 /// pieces, would be read back whole: a stalled load on every push).
+///
+/// Its variables are at most [`INLINE_VARS`] (`direct_grant` takes no
+/// more), so they need none of a block's [`DepList`](crate::opr::DepList)
+/// but its inline array: nothing to spill, set up or drop on every push.
 #[derive(Default)]
 pub(crate) struct DirectGrant {
     ticket: u64,
-    deps: DepList,
+    len: usize,
+    deps: [Dep; INLINE_VARS],
+}
+
+impl DirectGrant {
+    /// Adds `dep`, merged with an earlier entry for the same variable, as
+    /// `DepList::add` does. The caller adds at most `INLINE_VARS`.
+    #[inline(always)]
+    fn add(&mut self, dep: Dep) {
+        let len = self.len;
+        if !merge(&mut self.deps[..len], dep) {
+            self.deps[len] = dep;
+            self.len = len + 1;
+        }
+    }
+
+    #[inline(always)]
+    fn deps(&self) -> &[Dep] {
+        &self.deps[..self.len]
+    }
 }
 
 impl Core {
@@ -109,19 +132,18 @@ impl Core {
         if self.gpu_used.load(Ordering::Relaxed) {
             return Ok(false);
         }
-        let deps = &mut grant.deps;
         for (vars, mode) in [(writes, WRITE), (reads, READ)] {
             for &v in vars {
                 if self.slot_of(v).is_err() {
                     return Ok(false);
                 }
-                deps.add(Dep::new(v.slot, v.gen, mode));
+                grant.add(Dep::new(v.slot, v.gen, mode));
             }
         }
         // Keep this thread's order: its bulked pushes go first.
         crate::bulk::flush_for(self)?;
         self.check_open()?;
-        match self.take_ticket(|| self.grant_at_once(deps.as_slice())) {
+        match self.take_ticket(|| self.grant_at_once(grant.deps())) {
             Some(ticket) => {
                 grant.ticket = ticket;
                 Ok(true)
@@ -173,7 +195,7 @@ impl Core {
     /// 2 and 3 of the module docs).
     #[inline(always)]
     pub(crate) fn run_direct(&self, grant: &DirectGrant, opts: &PushOpts, body: impl FnOnce(&RunContext) -> Outcome) {
-        let (ticket, deps) = (grant.ticket, grant.deps.as_slice());
+        let (ticket, deps) = (grant.ticket, grant.deps());
         // SAFETY: the grant holds every access in `deps`.
         let failure = match unsafe { self.skip_failure(true, opts, deps) } {
             Some(inherited) => {

@@ -96,7 +96,7 @@ impl Dep {
 /// Merges `dep`'s mode into the entry for the same variable, if `entries`
 /// has one; returns whether it did.
 #[inline]
-fn merge(entries: &mut [Dep], dep: Dep) -> bool {
+pub(crate) fn merge(entries: &mut [Dep], dep: Dep) -> bool {
     match entries.iter_mut().find(|d| d.slot() == dep.slot()) {
         Some(d) => {
             d.slot_mode |= dep.slot_mode;

@@ -139,10 +139,16 @@ impl Core {
 
     /// Gives back the variable blocks a completion collected — batched on
     /// this core's workers (published with the next batch), at once elsewhere.
+    #[inline(always)]
     pub(crate) fn retire_var_blocks(&self, freed: SweepBatch) {
-        if freed.is_empty() {
-            return;
+        // Most completions free no block: no call for them.
+        if !freed.is_empty() {
+            self.retire_some_var_blocks(freed);
         }
+    }
+
+    #[inline(never)]
+    fn retire_some_var_blocks(&self, freed: SweepBatch) {
         let batch = move |b: &mut WorkerBatch| b.var_blocks.append(&self.blocks, freed);
         let at_once = move || {
             let mut freed = freed;

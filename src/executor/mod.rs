@@ -112,7 +112,8 @@ pub(crate) trait Executor: Send + Sync {
 
     /// Whether an `Async` or `DeleteVar` operation found ready when it is
     /// dispatched runs at once on the dispatching thread (the kAsync inline
-    /// path) instead of being scheduled.
+    /// path) instead of being scheduled. A property of the executor's
+    /// kind: the core asks once, when it is built.
     fn runs_async_inline(&self) -> bool {
         false
     }
@@ -149,7 +150,8 @@ pub(crate) trait Executor: Send + Sync {
     /// take the engine to the pending cap (and those after it until half
     /// the cap has drained) runs its body on the pushing thread, inside the
     /// push (`Core::unqueued_ticket`), instead of queuing it and then
-    /// waiting at the cap.
+    /// waiting at the cap. Also whether a stint may run operations on its
+    /// pusher (`pusher_runs.rs`). Asked once, like `runs_async_inline`.
     fn runs_inline_over_cap(&self) -> bool {
         false
     }

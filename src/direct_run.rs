@@ -121,7 +121,7 @@ impl Core {
     }
 
     /// [`direct_grant`](Self::direct_grant) past its first checks.
-    #[inline(never)]
+    #[inline]
     fn direct_grant_now(&self, grant: &mut DirectGrant, reads: &[Var], writes: &[Var]) -> Result<bool, EngineError> {
         if !self.may_run_ready_here() {
             return Ok(false);

@@ -197,7 +197,9 @@ impl Core {
     pub(crate) fn run_direct(&self, grant: &DirectGrant, opts: &PushOpts, body: impl FnOnce(&RunContext) -> Outcome) {
         let (ticket, deps) = (grant.ticket, grant.deps());
         // SAFETY: the grant holds every access in `deps`.
-        let failure = match unsafe { self.skip_failure(true, opts, deps) } {
+        let skipped = unsafe { self.skip_failure(true, opts, deps) };
+        let ran = skipped.is_none();
+        let failure = match skipped {
             Some(inherited) => {
                 self.stats.skipped();
                 Some(inherited)
@@ -209,7 +211,6 @@ impl Core {
                 let outcome = catch_unwind(AssertUnwindSafe(|| body(&ctx)));
                 DIRECT_DEPS.with(|c| c.set(outer_deps));
                 CURRENT_OP.with(|c| c.set(outer));
-                self.pusher_runs.note_run();
                 failure_of(opts.name, outcome)
             }
         };
@@ -236,5 +237,10 @@ impl Core {
         // released above; each released once. The outcome is recorded.
         let freed = unsafe { self.release_vars(rest, false, false, None, ticket) };
         self.retire_var_blocks(freed);
+        // The stint's pace, after the release: its stores then wait for
+        // no locked instruction of the release.
+        if ran {
+            self.pusher_runs.note_run();
+        }
     }
 }

@@ -260,6 +260,23 @@ mod tests {
         heavy_saw: AtomicU64,
     }
 
+    /// Spins until `done`, yielding now and then: with one CPU (a
+    /// `taskset -c 0` run) the other side runs only when this one lets it,
+    /// and a pure spin made each round wait for a scheduler tick (160 s
+    /// for the test). With two CPUs a round ends within the spin.
+    fn wait_until(mut done: impl FnMut() -> bool) {
+        for spins in 1u32.. {
+            if done() {
+                return;
+            }
+            if spins % 1024 == 0 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
     /// The store-buffering litmus test, one side light and one heavy: in
     /// no round may both loads miss the other side's store. (With a
     /// compiler fence on both sides, x86 shows that outcome when the two
@@ -277,9 +294,7 @@ mod tests {
             let t = t.clone();
             std::thread::spawn(move || {
                 for round in 1..=ROUNDS {
-                    while t.go.load(Acquire) != round {
-                        std::hint::spin_loop();
-                    }
+                    wait_until(|| t.go.load(Acquire) == round);
                     t.y.store(round, Relaxed);
                     heavy();
                     let saw = t.x.load(Relaxed);
@@ -293,13 +308,12 @@ mod tests {
             t.x.store(round, Relaxed);
             light();
             let light_saw = t.y.load(Relaxed);
-            let heavy_saw = loop {
+            let mut heavy_saw = 0;
+            wait_until(|| {
                 let v = t.heavy_saw.load(Acquire);
-                if v >> 32 == u64::from(round) {
-                    break v as u32;
-                }
-                std::hint::spin_loop();
-            };
+                heavy_saw = v as u32;
+                v >> 32 == u64::from(round)
+            });
             light_first += u32::from(light_saw != round);
             assert!(
                 light_saw == round || heavy_saw == round,

@@ -16,7 +16,7 @@
 
 mod common;
 
-use common::busy_for;
+use common::{busy_for, confine_to};
 use depengine::{Engine, EngineKind};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -79,21 +79,4 @@ fn a_held_pusher_sleeps_while_its_workers_crowd_another_cpu() {
              shared another: {stats:?}"
         );
     }
-}
-
-/// Lets the calling thread (and the threads it starts) run only on `cpus`.
-fn confine_to(cpus: &[core_affinity::CoreId]) {
-    // SAFETY: an all-zero `cpu_set_t` is a valid empty set, `CPU_SET`
-    // writes a bit inside it (every CPU id the OS reports is below
-    // `CPU_SETSIZE`), and `sched_setaffinity` only reads it.
-    let set = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for c in cpus {
-            libc::CPU_SET(c.id, &mut set);
-        }
-        set
-    };
-    // SAFETY: pid 0 is the calling thread; the size is the set's own.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    assert_eq!(rc, 0, "sched_setaffinity to {cpus:?}: {}", std::io::Error::last_os_error());
 }

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{engine, engine_with_stints, mix, SplitMix};
+use common::{engine_of, mix, on_one_cpu, stint_engine_of, SplitMix};
 use depengine::{Engine, EngineKind, PushOpts, Var};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -130,15 +130,21 @@ fn run(engine: &Engine, ops: &[Op]) -> Outcome {
 }
 
 fn check_seed(seed: u64) {
+    check_seed_with(seed, Some(2));
+}
+
+/// Checks `seed` on engines with `workers` CPU workers each (`None`: the
+/// engines' default, one per CPU the calling thread may use).
+fn check_seed_with(seed: u64, workers: Option<usize>) {
     let ops = generate(seed);
-    let reference = run(&engine(EngineKind::Naive), &ops);
+    let reference = run(&engine_of(EngineKind::Naive, workers), &ops);
     assert!(reference.2.iter().any(|f| f.is_some()), "seed {seed}: the workload should contain failures");
     // Every engine with workers, and the random-order mode with two seeds,
     // on waiting threads only and with two workers.
     let others = EngineKind::ALL
         .into_iter()
         .filter(|&k| k != EngineKind::Naive)
-        .map(|k| (format!("{k:?}"), engine(k)))
+        .map(|k| (format!("{k:?}"), engine_of(k, workers)))
         .chain([1, 2].map(|s| (format!("shuffle seed {s}"), Engine::builder().shuffle_seed(s).build().unwrap())))
         .chain([3].map(|s| {
             (
@@ -149,8 +155,8 @@ fn check_seed(seed: u64) {
     // And the threaded engines with stints: most runs start stints (28 of
     // 30 did, per engine); whether they start is the business of
     // `tests/stints.rs`, which makes sure.
-    let stints =
-        [EngineKind::Pooled, EngineKind::PerDevice].map(|k| (format!("{k:?} with stints"), engine_with_stints(k)));
+    let stints = [EngineKind::Pooled, EngineKind::PerDevice]
+        .map(|k| (format!("{k:?} with stints"), stint_engine_of(k, workers)));
     for (kind, engine) in others.chain(stints) {
         let got = run(&engine, &ops);
         for v in 0..VARS {
@@ -174,6 +180,13 @@ fn matches_naive_seed_42() {
 #[test]
 fn matches_naive_seed_2024() {
     check_seed(2024);
+}
+
+/// As on a one-vCPU container: every thread, the workers included, on one
+/// CPU, and each engine with its default of one worker there.
+#[test]
+fn matches_naive_on_one_cpu() {
+    on_one_cpu(|| check_seed_with(5, None));
 }
 
 #[test]

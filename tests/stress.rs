@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{engine, engine_with_stints, mix, SplitMix};
+use common::{engine, engine_of, engine_with_stints, mix, on_one_cpu, stint_engine_of, SplitMix};
 use depengine::{Engine, EngineKind, Var};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -106,6 +106,17 @@ fn stress_with_stints(threads: u64) {
     }
 }
 
+/// Every engine, and the threaded ones with stints, with their default
+/// workers on the CPUs the calling thread may use.
+fn stress_default_workers(threads: u64, place: &str) {
+    for kind in EngineKind::ALL {
+        stress_on(engine_of(kind, None), threads, &format!("{kind:?} {place}"));
+    }
+    for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
+        stress_on(stint_engine_of(kind, None), threads, &format!("{kind:?} with stints {place}"));
+    }
+}
+
 fn stress_on(engine: Engine, threads: u64, kind: &str) {
     let (tx, rx) = mpsc::channel::<Job>();
     let foreign = std::thread::spawn(move || rx.into_iter().for_each(|job| job()));
@@ -163,4 +174,11 @@ fn four_pushing_threads() {
         stress(kind, 4);
     }
     stress_with_stints(4);
+}
+
+/// As on a one-vCPU container: two pushing threads, the workers and the
+/// helper that completes asynchronous operations all share one CPU.
+#[test]
+fn two_pushing_threads_on_one_cpu() {
+    on_one_cpu(|| stress_default_workers(2, "on one CPU"));
 }

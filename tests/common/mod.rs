@@ -1,9 +1,10 @@
 //! Helpers shared by the integration tests: engine lists, an event log that
 //! records the global order of body starts and ends, a bounded wait, a
-//! body that blocks until a gate opens and one that keeps its CPU a while.
+//! body that blocks until a gate opens and one that keeps its CPU a while,
+//! and a thread confined to chosen CPUs.
 #![allow(dead_code, unreachable_pub)]
 
-use depengine::{Engine, EngineKind, RunContext, Var};
+use depengine::{Engine, EngineBuilder, EngineKind, RunContext, Var};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,15 +20,68 @@ pub fn parallel_engines() -> Vec<Engine> {
 }
 
 pub fn engine(kind: EngineKind) -> Engine {
-    Engine::builder().kind(kind).cpu_workers(2).build().expect("engine")
+    engine_of(kind, Some(2))
+}
+
+/// An engine of `kind` with `workers` CPU workers (`None`: the engine's
+/// default, one per CPU the calling thread may use).
+pub fn engine_of(kind: EngineKind, workers: Option<usize>) -> Engine {
+    with_workers(Engine::builder().kind(kind), workers).build().expect("engine")
 }
 
 /// A threaded engine whose pushers probe for stints early and often
 /// (`tests/stints.rs`): a small cap, and an inline pace so long that every
-/// pusher is quick enough to probe.
+/// pusher is quick enough to probe. Two CPU workers.
 pub fn engine_with_stints(kind: EngineKind) -> Engine {
-    let builder = Engine::builder().kind(kind).cpu_workers(2).max_pending(16);
+    stint_engine_of(kind, Some(2))
+}
+
+/// [`engine_with_stints`] with `workers` CPU workers (as [`engine_of`]).
+pub fn stint_engine_of(kind: EngineKind, workers: Option<usize>) -> Engine {
+    let builder = with_workers(Engine::builder().kind(kind), workers).max_pending(16);
     builder.inline_pace(Duration::from_secs(1)).build().expect("engine")
+}
+
+fn with_workers(builder: EngineBuilder, workers: Option<usize>) -> EngineBuilder {
+    match workers {
+        Some(n) => builder.cpu_workers(n),
+        None => builder,
+    }
+}
+
+/// Lets the calling thread (and the threads it starts afterwards, an
+/// engine's workers included) run only on `cpus`. The engines count the
+/// CPUs they may use from this mask when they are built.
+pub fn confine_to(cpus: &[core_affinity::CoreId]) {
+    // SAFETY: an all-zero `cpu_set_t` is a valid empty set, `CPU_SET`
+    // writes a bit inside it (every CPU id the OS reports is below
+    // `CPU_SETSIZE`), and `sched_setaffinity` only reads it.
+    let set = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        for c in cpus {
+            libc::CPU_SET(c.id, &mut set);
+        }
+        set
+    };
+    // SAFETY: pid 0 is the calling thread; the size is the set's own.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    assert_eq!(rc, 0, "sched_setaffinity to {cpus:?}: {}", std::io::Error::last_os_error());
+}
+
+/// Runs `f` on a thread of its own confined to one CPU (the first this
+/// process may use), as on a one-vCPU container: engines built inside `f`
+/// get their default of one worker, which shares that CPU with every
+/// pusher and helper thread. A panic in `f` is this caller's.
+pub fn on_one_cpu<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    let first = *core_affinity::get_core_ids().unwrap_or_default().first().expect("a CPU to run on");
+    std::thread::scope(|scope| {
+        let confined = scope.spawn(move || {
+            confine_to(&[first]);
+            assert_eq!(std::thread::available_parallelism().map(|n| n.get()).ok(), Some(1), "confined to one CPU");
+            f()
+        });
+        confined.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
 }
 
 /// A body's work: keeps its CPU for `d`.

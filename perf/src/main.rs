@@ -21,7 +21,8 @@
 //!   --json PATH                also write the results as JSON
 //!   --svg PATH                 also draw them as an SVG bar chart (log scale)
 //!   --markdown PATH            also write them as markdown tables, with the
-//!                              peers' ratios (what perf/report.sh puts in PERF.md)
+//!                              peers' ratios and issue 3's targets (`targets.rs`;
+//!                              what perf/report.sh puts in PERF.md)
 //!   --quick                    N/100 and 2 repetitions (a smoke run)
 //!   --profile DIR              profile each of our engines' rows: a Chrome trace
 //!                              DIR/<engine>-<workload>-w<W>.json and its summary
@@ -52,6 +53,7 @@
 mod chart;
 mod measure;
 mod probe;
+mod targets;
 mod turns;
 mod workloads;
 
@@ -608,6 +610,7 @@ fn markdown(m: &Measured, o: &Options, states: [Option<&MachineState>; 2]) -> St
         }
         s.push('\n');
     }
+    s.push_str(&targets::markdown(rows, states));
     if !ratios.is_empty() {
         let _ = writeln!(s, "### Peer ÷ depengine (median of the per-round ratios; above 1: depengine is faster)\n");
         let _ = writeln!(s, "| peer ÷ engine | workload | W | ratio |\n|---|---|---|---|");

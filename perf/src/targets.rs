@@ -1,0 +1,119 @@
+//! Issue 3's performance targets read off a run's rows, for the markdown
+//! report: per depengine engine, `chain` ÷ `nodeps` at W=0 (target: 2 or
+//! less) and each parallel workload's W=1000 ns/op over the two-worker
+//! floor (target: 1.10 or less).
+//!
+//! The floor is the lowest two-thread figure among the run's probes that
+//! ran side by side ([`MachineState::two_threads_unreliable`]); if none
+//! did, half the lowest one-thread figure. The ratios are of the rows'
+//! medians: a quick reading, which the pair ratios of a `--pairs` run and
+//! PERF.md's account stand behind.
+
+use crate::probe::MachineState;
+use crate::Row;
+use std::fmt::Write as _;
+
+/// The workloads whose W=1000 figure the target compares with the floor
+/// (`chain` is serial).
+const PARALLEL: [&str; 5] = ["nodeps", "chains64", "fanout", "random", "layered"];
+
+/// The two-worker floor of a run with these probes, ns per body, and
+/// where it came from; `None` without any probe.
+fn floor(states: [Option<&MachineState>; 2]) -> Option<(f64, &'static str)> {
+    let probes = states.iter().flatten();
+    let side_by_side = probes.clone().filter(|s| !s.two_threads_unreliable()).map(|s| s.two_threads_ns);
+    if let Some(ns) = side_by_side.reduce(f64::min) {
+        return Some((ns, "the probes' two-thread figure"));
+    }
+    let one_thread = probes.map(|s| s.body_ns).reduce(f64::min)?;
+    Some((one_thread / 2.0, "half the probes' one-thread figure (no two-thread figure ran side by side)"))
+}
+
+/// The section, or nothing if the run has none of the rows it reads.
+pub(crate) fn markdown(rows: &[Row], states: [Option<&MachineState>; 2]) -> String {
+    let ours: Vec<&Row> = rows.iter().filter(|r| r.allocs_per_op.is_some() && r.pingpong.is_none()).collect();
+    let engines = crate::engines_of(&ours);
+    let ns = |engine: &str, workload: &str, w: u32| {
+        ours.iter().find(|r| r.engine == engine && r.workload == workload && r.w == w).map(|r| r.ns_per_op)
+    };
+    let mut s = String::new();
+    let chain_over_nodeps: Vec<String> =
+        engines.iter().filter_map(|e| Some(format!("{e} {:.2}", ns(e, "chain", 0)? / ns(e, "nodeps", 0)?))).collect();
+    if !chain_over_nodeps.is_empty() {
+        let _ = writeln!(s, "`chain` ÷ `nodeps` at W=0 (target: 2.00 or less): {}.\n", chain_over_nodeps.join(", "));
+    }
+    let workloads: Vec<&str> =
+        PARALLEL.into_iter().filter(|wl| engines.iter().any(|e| ns(e, wl, 1000).is_some())).collect();
+    if let (Some((floor, source)), false) = (floor(states), workloads.is_empty()) {
+        let _ = writeln!(
+            s,
+            "W=1000 ns/op over the two-worker floor of {floor:.0} ns/op, {source} (target: 1.10 or less):\n"
+        );
+        let _ = writeln!(s, "| engine | {} |\n|---|{}", workloads.join(" | "), "---|".repeat(workloads.len()));
+        for e in &engines {
+            let cells: Vec<String> = workloads
+                .iter()
+                .map(|wl| ns(e, wl, 1000).map_or("–".to_owned(), |v| format!("{:.2}", v / floor)))
+                .collect();
+            let _ = writeln!(s, "| {e} | {} |", cells.join(" | "));
+        }
+        s.push('\n');
+    }
+    if s.is_empty() {
+        return s;
+    }
+    format!("### Issue 3's targets, from the row medians\n\n{s}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(engine: &str, workload: &str, w: u32, ns_per_op: f64) -> Row {
+        Row {
+            engine: engine.into(),
+            workload: workload.into(),
+            w,
+            n: 1,
+            ns_per_op,
+            allocs_per_op: Some(0.0),
+            rss_mb: None,
+            pingpong: None,
+            reps: Vec::new(),
+            stats: None,
+        }
+    }
+
+    fn state(two_threads_ns: f64) -> MachineState {
+        MachineState { round_trip_ns: Some(120.0), written_lines: None, body_ns: 1_500.0, two_threads_ns }
+    }
+
+    /// The ratios come from the right rows, and the floor skips a probe
+    /// that did not run side by side (run35's 981 against 757).
+    #[test]
+    fn the_targets_read_the_rows_against_the_side_by_side_floor() {
+        let rows = [
+            row("per_device", "nodeps", 0, 11.1),
+            row("per_device", "chain", 0, 21.3),
+            row("per_device", "random", 1000, 957.0),
+            row("per_device", "nodeps", 1000, 814.0),
+        ];
+        let (slow, good) = (state(981.0), state(757.0));
+        let text = markdown(&rows, [Some(&slow), Some(&good)]);
+        assert!(text.contains("per_device 1.92"), "{text}");
+        assert!(text.contains("floor of 757 ns/op, the probes' two-thread figure"), "{text}");
+        assert!(text.contains("| engine | nodeps | random |"), "{text}");
+        assert!(text.contains("| per_device | 1.08 | 1.26 |"), "{text}");
+    }
+
+    /// With no side-by-side probe the floor is half the one-thread figure;
+    /// with no probe, and no W=0 pair, there is no section.
+    #[test]
+    fn the_floor_falls_back_and_an_empty_run_has_no_section() {
+        let rows = [row("pooled", "fanout", 1000, 900.0)];
+        let text = markdown(&rows, [Some(&state(981.0)), None]);
+        assert!(text.contains("floor of 750 ns/op, half the probes' one-thread figure"), "{text}");
+        assert!(text.contains("| pooled | 1.20 |"), "{text}");
+        assert!(markdown(&rows, [None, None]).is_empty());
+    }
+}

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{engine, engine_of, engine_with_stints, mix, on_one_cpu, stint_engine_of, SplitMix};
+use common::{engine_of, mix, on_one_cpu, stint_engine_of, SplitMix};
 use depengine::{Engine, EngineKind, Var};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -95,25 +95,16 @@ fn push(shared: &Arc<Shared>, def: Def, depth: u32) {
         .unwrap();
 }
 
-fn stress(kind: EngineKind, threads: u64) {
-    stress_on(engine(kind), threads, &format!("{kind:?}"));
-}
-
-/// The threaded engines with stints (`common::engine_with_stints`).
-fn stress_with_stints(threads: u64) {
-    for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
-        stress_on(engine_with_stints(kind), threads, &format!("{kind:?} with stints"));
-    }
-}
-
-/// Every engine, and the threaded ones with stints, with their default
-/// workers on the CPUs the calling thread may use.
-fn stress_default_workers(threads: u64, place: &str) {
+/// Every engine, and the threaded ones with stints
+/// (`common::stint_engine_of`), each with `workers` CPU workers
+/// (`None`: the default, one per CPU the calling thread may use), under
+/// `threads` pushing threads; `place` ends each engine's label.
+fn stress_every_engine(threads: u64, workers: Option<usize>, place: &str) {
     for kind in EngineKind::ALL {
-        stress_on(engine_of(kind, None), threads, &format!("{kind:?} {place}"));
+        stress_on(engine_of(kind, workers), threads, &format!("{kind:?}{place}"));
     }
     for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
-        stress_on(stint_engine_of(kind, None), threads, &format!("{kind:?} with stints {place}"));
+        stress_on(stint_engine_of(kind, workers), threads, &format!("{kind:?} with stints{place}"));
     }
 }
 
@@ -162,23 +153,17 @@ fn stress_on(engine: Engine, threads: u64, kind: &str) {
 
 #[test]
 fn two_pushing_threads() {
-    for kind in EngineKind::ALL {
-        stress(kind, 2);
-    }
-    stress_with_stints(2);
+    stress_every_engine(2, Some(2), "");
 }
 
 #[test]
 fn four_pushing_threads() {
-    for kind in EngineKind::ALL {
-        stress(kind, 4);
-    }
-    stress_with_stints(4);
+    stress_every_engine(4, Some(2), "");
 }
 
 /// As on a one-vCPU container: two pushing threads, the workers and the
 /// helper that completes asynchronous operations all share one CPU.
 #[test]
 fn two_pushing_threads_on_one_cpu() {
-    on_one_cpu(|| stress_default_workers(2, "on one CPU"));
+    on_one_cpu(|| stress_every_engine(2, None, " on one CPU"));
 }

@@ -545,9 +545,7 @@ fn markdown(m: &Measured, o: &Options, states: [Option<&MachineState>; 2]) -> St
         }
     }
     let cell = |name: &str, workload: &str, w: u32| {
-        rows.iter()
-            .find(|r| r.engine == name && r.workload == workload && r.w == w && r.pingpong.is_none())
-            .map_or("–".to_owned(), |r| format!("{:.0}", r.ns_per_op))
+        throughput_row(rows, name, workload, w).map_or("–".to_owned(), |r| format!("{:.0}", r.ns_per_op))
     };
     for &w in &o.weights {
         let workloads: Vec<&String> = o.workloads.iter().filter(|wl| *wl != "pingpong").collect();
@@ -562,7 +560,7 @@ fn markdown(m: &Measured, o: &Options, states: [Option<&MachineState>; 2]) -> St
         }
         s.push('\n');
     }
-    let ours: Vec<&Row> = rows.iter().filter(|r| r.allocs_per_op.is_some() && r.pingpong.is_none()).collect();
+    let ours = our_throughput_rows(rows);
     if !ours.is_empty() {
         let _ = writeln!(
             s,
@@ -580,11 +578,9 @@ fn markdown(m: &Measured, o: &Options, states: [Option<&MachineState>; 2]) -> St
             let cells: Vec<String> = engines_of(&ours)
                 .iter()
                 .map(|e| {
-                    ours.iter()
-                        .find(|x| x.engine == *e && x.workload == r.workload && x.w == r.w)
-                        .map_or("–".to_owned(), |x| {
-                            format!("{} · {}", fmt_opt(x.allocs_per_op, 3), fmt_opt(x.rss_mb, 0))
-                        })
+                    throughput_row(ours.iter().copied(), e, &r.workload, r.w).map_or("–".to_owned(), |x| {
+                        format!("{} · {}", fmt_opt(x.allocs_per_op, 3), fmt_opt(x.rss_mb, 0))
+                    })
                 })
                 .collect();
             let _ = writeln!(s, "| {} | {} | {} |", r.workload, r.w, cells.join(" | "));
@@ -619,6 +615,22 @@ fn markdown(m: &Measured, o: &Options, states: [Option<&MachineState>; 2]) -> St
         }
     }
     s
+}
+
+/// depengine's throughput rows (the peers' have no allocation count).
+fn our_throughput_rows(rows: &[Row]) -> Vec<&Row> {
+    rows.iter().filter(|r| r.allocs_per_op.is_some() && r.pingpong.is_none()).collect()
+}
+
+/// The throughput row (not pingpong) of `engine` for `workload` at weight
+/// `w`, if `rows` has one.
+fn throughput_row<'a>(
+    rows: impl IntoIterator<Item = &'a Row>,
+    engine: &str,
+    workload: &str,
+    w: u32,
+) -> Option<&'a Row> {
+    rows.into_iter().find(|r| r.engine == engine && r.workload == workload && r.w == w && r.pingpong.is_none())
 }
 
 /// The engines (or peers) of `rows`, in order of first appearance.

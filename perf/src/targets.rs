@@ -31,10 +31,10 @@ fn floor(states: [Option<&MachineState>; 2]) -> Option<(f64, &'static str)> {
 
 /// The section, or nothing if the run has none of the rows it reads.
 pub(crate) fn markdown(rows: &[Row], states: [Option<&MachineState>; 2]) -> String {
-    let ours: Vec<&Row> = rows.iter().filter(|r| r.allocs_per_op.is_some() && r.pingpong.is_none()).collect();
+    let ours = crate::our_throughput_rows(rows);
     let engines = crate::engines_of(&ours);
     let ns = |engine: &str, workload: &str, w: u32| {
-        ours.iter().find(|r| r.engine == engine && r.workload == workload && r.w == w).map(|r| r.ns_per_op)
+        crate::throughput_row(ours.iter().copied(), engine, workload, w).map(|r| r.ns_per_op)
     };
     let mut s = String::new();
     let chain_over_nodeps: Vec<String> =

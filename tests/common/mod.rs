@@ -29,14 +29,9 @@ pub fn engine_of(kind: EngineKind, workers: Option<usize>) -> Engine {
     with_workers(Engine::builder().kind(kind), workers).build().expect("engine")
 }
 
-/// A threaded engine whose pushers probe for stints early and often
-/// (`tests/stints.rs`): a small cap, and an inline pace so long that every
-/// pusher is quick enough to probe. Two CPU workers.
-pub fn engine_with_stints(kind: EngineKind) -> Engine {
-    stint_engine_of(kind, Some(2))
-}
-
-/// [`engine_with_stints`] with `workers` CPU workers (as [`engine_of`]).
+/// A threaded engine of `kind` whose pushers probe for stints early and
+/// often (`tests/stints.rs`): a small cap, and an inline pace so long that
+/// every pusher is quick enough to probe. `workers` as for [`engine_of`].
 pub fn stint_engine_of(kind: EngineKind, workers: Option<usize>) -> Engine {
     let builder = with_workers(Engine::builder().kind(kind), workers).max_pending(16);
     builder.inline_pace(Duration::from_secs(1)).build().expect("engine")

@@ -97,7 +97,7 @@ stamp="perf/reports/${REPORT_NAME:-$(date +%Y-%m-%d)}"
 quick=()
 [[ "${QUICK:-0}" == 1 ]] && quick=(--quick) && stamp="$stamp-quick"
 echo "== depengine-perf → $stamp.{txt,json,svg,md}"
-cargo run --release -q -p depengine-perf -- "${quick[@]}" --pairs "$PAIRS" "${peers[@]}" \
+cargo run --release -q -p depengine-perf -- "${quick[@]}" --pairs "$PAIRS" --chain-pairs "${CHAIN_PAIRS:-15}" "${peers[@]}" \
     --json "$stamp.json" --svg "$stamp.svg" --markdown "$stamp.md" | tee "$stamp.txt"
 
 # Replaces what lies between `<!-- NAME:begin -->` and `<!-- NAME:end -->` in PERF.md.

@@ -23,6 +23,11 @@
 //!   --markdown PATH            also write them as markdown tables, with the
 //!                              peers' ratios and issue 3's targets (`targets.rs`;
 //!                              what perf/report.sh puts in PERF.md)
+//!   --chain-pairs K            after the rows, take `chain` ÷ `nodeps` at W=0
+//!                              side by side on each of our engines: K pairs of
+//!                              repetitions, one of each in turn (issue 3's
+//!                              target; rows minutes apart meet different host
+//!                              states); not with --take-turns
 //!   --quick                    N/100 and 2 repetitions (a smoke run)
 //!   --profile DIR              profile each of our engines' rows: a Chrome trace
 //!                              DIR/<engine>-<workload>-w<W>.json and its summary
@@ -88,6 +93,8 @@ struct Options {
     pin: bool,
     reps_out: Option<String>,
     no_probe: bool,
+    /// `--chain-pairs`: pairs of `chain` and `nodeps` repetitions (0: none).
+    chain_pairs: usize,
     /// `--take-turns`: whether this process goes first, and the pipes' folder.
     take_turns: Option<(bool, std::path::PathBuf)>,
 }
@@ -118,6 +125,7 @@ fn parse_args() -> Options {
         pin: true,
         reps_out: None,
         no_probe: false,
+        chain_pairs: 0,
         take_turns: None,
     };
     let mut args = std::env::args().skip(1);
@@ -138,6 +146,7 @@ fn parse_args() -> Options {
             "--svg" => o.svg = Some(val()),
             "--markdown" => o.markdown = Some(val()),
             "--pairs" => o.pairs = val().parse().ok().filter(|&k| k > 0).unwrap_or_else(|| usage("bad --pairs")),
+            "--chain-pairs" => o.chain_pairs = val().parse().unwrap_or_else(|_| usage("bad --chain-pairs")),
             "--no-pin" => o.pin = false,
             "--profile" => o.profile = Some(val().into()),
             "--bulk" => o.bulk = val().parse().unwrap_or_else(|_| usage("bad --bulk")),
@@ -170,6 +179,9 @@ fn parse_args() -> Options {
     }
     if o.quick {
         o.reps = o.reps.min(2);
+    }
+    if o.chain_pairs > 0 && o.take_turns.is_some() {
+        usage("--chain-pairs does not take turns with another process");
     }
     o
 }
@@ -216,13 +228,10 @@ fn throughput(kind: EngineKind, wl: &Workload, w: u32, o: &Options) -> Row {
     let mut cpu_before = None;
     for rep in 0..=o.reps {
         let a0 = allocations();
-        let t0 = Instant::now();
-        wl.push_all(&engine, &vars, w);
-        engine.wait_all().expect("workload failed");
-        let dt = t0.elapsed().as_nanos() as f64;
+        let ns_per_op = timed_rep(&engine, wl, &vars, w);
         let da = (allocations() - a0) as f64;
         if rep > 0 {
-            times.push(dt / wl.ops.len() as f64);
+            times.push(ns_per_op);
             allocs.push(da / wl.ops.len() as f64);
             turns::hand_over();
         } else if o.stats {
@@ -249,6 +258,44 @@ fn throughput(kind: EngineKind, wl: &Workload, w: u32, o: &Options) -> Row {
             format!("{}\ncpu over the timed repetitions, share of one core: {cpu}", engine.stats())
         }),
     }
+}
+
+/// One timed repetition: every operation of `wl` pushed, then waited for.
+/// Returns ns per operation.
+fn timed_rep(engine: &Engine, wl: &Workload, vars: &[Var], w: u32) -> f64 {
+    let t0 = Instant::now();
+    wl.push_all(engine, vars, w);
+    engine.wait_all().expect("workload failed");
+    t0.elapsed().as_nanos() as f64 / wl.ops.len() as f64
+}
+
+/// `chain` ÷ `nodeps` at W=0 on `kind`, side by side: after a warm-up
+/// repetition of each, `--chain-pairs` pairs of one repetition of each,
+/// in turn, the order swapped from one pair to the next so that a drift
+/// of the host's speed weighs on both. Each on an engine of its own, as
+/// in its row. Returns each pair's ratio, in order.
+fn chain_over_nodeps(kind: EngineKind, o: &Options) -> Vec<f64> {
+    let n = o.n.unwrap_or(if o.quick { 10_000 } else { 1_000_000 });
+    let side = |name: &str| {
+        let wl = Workload::build(name, n).expect("workload");
+        let engine = build_engine(kind, &format!("{name}-w0-side-by-side"), o);
+        let vars: Vec<Var> = (0..wl.vars).map(|_| engine.new_var()).collect();
+        timed_rep(&engine, &wl, &vars, 0); // warm-up
+        move || timed_rep(&engine, &wl, &vars, 0)
+    };
+    let (nodeps, chain) = (side("nodeps"), side("chain"));
+    (0..o.chain_pairs)
+        .map(|k| {
+            let (n, c) = if k % 2 == 0 {
+                let n = nodeps();
+                (n, chain())
+            } else {
+                let c = chain();
+                (nodeps(), c)
+            };
+            c / n
+        })
+        .collect()
 }
 
 fn pingpong(kind: EngineKind, o: &Options) -> Row {
@@ -371,6 +418,24 @@ struct Measured {
     rows: Vec<Row>,
     ratios: Vec<Ratio>,
     states: Vec<RowState>,
+    /// `--chain-pairs`: per engine, each pair's `chain` ÷ `nodeps`.
+    chain_over_nodeps: Vec<ChainOverNodeps>,
+}
+
+/// `chain` ÷ `nodeps` at W=0, taken side by side on one engine.
+struct ChainOverNodeps {
+    engine: &'static str,
+    /// Each pair's ratio, in order.
+    pairs: Vec<f64>,
+}
+
+impl ChainOverNodeps {
+    /// `"1.87 (1.80–1.95 over 15 pairs)"`.
+    fn text(&self) -> String {
+        let mut sorted = self.pairs.clone();
+        let med = median(&mut sorted);
+        format!("{med:.2} ({:.2}–{:.2} over {} pairs)", sorted[0], sorted[sorted.len() - 1], sorted.len())
+    }
 }
 
 fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workload>, out: &mut Measured) {
@@ -606,7 +671,7 @@ fn markdown(m: &Measured, o: &Options, states: [Option<&MachineState>; 2]) -> St
         }
         s.push('\n');
     }
-    s.push_str(&targets::markdown(rows, states));
+    s.push_str(&targets::markdown(rows, states, &m.chain_over_nodeps));
     if !ratios.is_empty() {
         let _ = writeln!(s, "### Peer ÷ depengine (median of the per-round ratios; above 1: depengine is faster)\n");
         let _ = writeln!(s, "| peer ÷ engine | workload | W | ratio |\n|---|---|---|---|");
@@ -703,7 +768,12 @@ fn json(m: &Measured, o: &Options, states: [Option<&MachineState>; 2]) -> String
             each.join(", ")
         );
     }
-    s.push_str("\n  ]\n}\n");
+    s.push_str("\n  ],\n  \"chain_over_nodeps_side_by_side\": {");
+    for (i, c) in m.chain_over_nodeps.iter().enumerate() {
+        let pairs: Vec<String> = c.pairs.iter().map(|r| format!("{r:.4}")).collect();
+        let _ = write!(s, "{}\n    {:?}: [{}]", if i == 0 { "" } else { "," }, c.engine, pairs.join(", "));
+    }
+    s.push_str("\n  }\n}\n");
     s
 }
 
@@ -745,6 +815,14 @@ fn main() {
             let n = o.n.unwrap_or(if o.quick { default_n / 100 } else { default_n });
             let wl = Workload::build(wl_name, n).expect("workload");
             measure_row(&o, wl_name, w, n, Some(&wl), &mut m);
+        }
+    }
+    if o.chain_pairs > 0 {
+        for &kind in &o.engines {
+            progress(&format!("chain ÷ nodeps at W=0 on {}, side by side", kind.name()));
+            let side = ChainOverNodeps { engine: kind.name(), pairs: chain_over_nodeps(kind, &o) };
+            println!("chain ÷ nodeps at W=0, side by side, {}: {}", side.engine, side.text());
+            m.chain_over_nodeps.push(side);
         }
     }
     let after = (!o.no_probe).then(probe);

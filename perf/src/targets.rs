@@ -7,10 +7,13 @@
 //! ran side by side ([`MachineState::two_threads_unreliable`]); if none
 //! did, half the lowest one-thread figure. The ratios are of the rows'
 //! medians: a quick reading, which the pair ratios of a `--pairs` run and
-//! PERF.md's account stand behind.
+//! PERF.md's account stand behind. `chain` ÷ `nodeps` is also given as
+//! taken side by side (`--chain-pairs`), where the run measured it: the
+//! two rows are minutes apart, and the host's speed drifts by 10–20 % in
+//! that time (run36: 1.98 from the rows).
 
 use crate::probe::MachineState;
-use crate::Row;
+use crate::{ChainOverNodeps, Row};
 use std::fmt::Write as _;
 
 /// The workloads whose W=1000 figure the target compares with the floor
@@ -30,7 +33,7 @@ fn floor(states: [Option<&MachineState>; 2]) -> Option<(f64, &'static str)> {
 }
 
 /// The section, or nothing if the run has none of the rows it reads.
-pub(crate) fn markdown(rows: &[Row], states: [Option<&MachineState>; 2]) -> String {
+pub(crate) fn markdown(rows: &[Row], states: [Option<&MachineState>; 2], side: &[ChainOverNodeps]) -> String {
     let ours = crate::our_throughput_rows(rows);
     let engines = crate::engines_of(&ours);
     let ns = |engine: &str, workload: &str, w: u32| {
@@ -41,6 +44,14 @@ pub(crate) fn markdown(rows: &[Row], states: [Option<&MachineState>; 2]) -> Stri
         engines.iter().filter_map(|e| Some(format!("{e} {:.2}", ns(e, "chain", 0)? / ns(e, "nodeps", 0)?))).collect();
     if !chain_over_nodeps.is_empty() {
         let _ = writeln!(s, "`chain` ÷ `nodeps` at W=0 (target: 2.00 or less): {}.\n", chain_over_nodeps.join(", "));
+    }
+    if !side.is_empty() {
+        let each: Vec<String> = side.iter().map(|c| format!("{} {}", c.engine, c.text())).collect();
+        let _ = writeln!(
+            s,
+            "`chain` ÷ `nodeps` at W=0 side by side (a repetition of each in turn; the pairs' median and range): {}.\n",
+            each.join(", ")
+        );
     }
     let workloads: Vec<&str> =
         PARALLEL.into_iter().filter(|wl| engines.iter().any(|e| ns(e, wl, 1000).is_some())).collect();
@@ -62,7 +73,7 @@ pub(crate) fn markdown(rows: &[Row], states: [Option<&MachineState>; 2]) -> Stri
     if s.is_empty() {
         return s;
     }
-    format!("### Issue 3's targets, from the row medians\n\n{s}")
+    format!("### Issue 3's targets\n\n{s}")
 }
 
 #[cfg(test)]
@@ -99,8 +110,10 @@ mod tests {
             row("per_device", "nodeps", 1000, 814.0),
         ];
         let (slow, good) = (state(981.0), state(757.0));
-        let text = markdown(&rows, [Some(&slow), Some(&good)]);
+        let side = [ChainOverNodeps { engine: "per_device", pairs: vec![1.90, 1.80, 1.85] }];
+        let text = markdown(&rows, [Some(&slow), Some(&good)], &side);
         assert!(text.contains("per_device 1.92"), "{text}");
+        assert!(text.contains("side by side (a repetition of each in turn; the pairs' median and range): per_device 1.85 (1.80–1.90 over 3 pairs)."), "{text}");
         assert!(text.contains("floor of 757 ns/op, the probes' two-thread figure"), "{text}");
         assert!(text.contains("| engine | nodeps | random |"), "{text}");
         assert!(text.contains("| per_device | 1.08 | 1.26 |"), "{text}");
@@ -111,9 +124,10 @@ mod tests {
     #[test]
     fn the_floor_falls_back_and_an_empty_run_has_no_section() {
         let rows = [row("pooled", "fanout", 1000, 900.0)];
-        let text = markdown(&rows, [Some(&state(981.0)), None]);
+        let text = markdown(&rows, [Some(&state(981.0)), None], &[]);
         assert!(text.contains("floor of 750 ns/op, half the probes' one-thread figure"), "{text}");
         assert!(text.contains("| pooled | 1.20 |"), "{text}");
-        assert!(markdown(&rows, [None, None]).is_empty());
+        assert!(!text.contains("W=0 side by side"), "{text}");
+        assert!(markdown(&rows, [None, None], &[]).is_empty());
     }
 }

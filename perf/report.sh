@@ -14,7 +14,9 @@
 #    that does not build is reported and left out (NO_SLOW_PEERS=1 leaves
 #    out StarPU and MXNet, which take most of the run's time);
 # 3. runs the harness on every workload, every engine and every peer, each
-#    row PAIRS times with engines and peers in turn (default 3), writing
+#    row PAIRS times with engines and peers in turn (default 3), and takes
+#    `chain` ÷ `nodeps` at W=0 side by side (CHAIN_PAIRS pairs, default 15),
+#    writing
 #    perf/reports/<date>.{txt,json,svg,md} (REPORT_NAME=<name> instead of
 #    the date: a second run of a day);
 # 4. replaces the part of PERF.md between `<!-- report:begin -->` and

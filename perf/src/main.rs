@@ -52,8 +52,11 @@
 //! ```
 //!
 //! Every run probes the machine's state with no engine (`probe.rs`): before
-//! and after the rows, and the cache-line round trip before and after each
-//! round of each row; the figures are printed and written with the tables.
+//! and after the rows, the cache-line round trip before and after each
+//! round of each row, and, for a W=1000 row, the body figures before and
+//! after our engines' turn in each round, whose floor that round's ratios
+//! are taken against (issue 3's W=1000 target, `targets.rs`); the figures
+//! are printed and written with the tables.
 
 mod chart;
 mod measure;
@@ -216,6 +219,10 @@ struct Row {
     reps: Vec<f64>,
     /// The engine's counters after the row (`--stats`).
     stats: Option<String>,
+    /// Our engines' W=1000 rows, with the probe on: the median over the
+    /// rounds of each round's ns/op over the two-worker floor taken
+    /// around that round (`measure_row`).
+    over_floor: Option<f64>,
 }
 
 fn throughput(kind: EngineKind, wl: &Workload, w: u32, o: &Options) -> Row {
@@ -257,6 +264,7 @@ fn throughput(kind: EngineKind, wl: &Workload, w: u32, o: &Options) -> Row {
             let cpu = cpu.unwrap_or_default();
             format!("{}\ncpu over the timed repetitions, share of one core: {cpu}", engine.stats())
         }),
+        over_floor: None,
     }
 }
 
@@ -334,6 +342,7 @@ fn pingpong(kind: EngineKind, o: &Options) -> Row {
         pingpong: Some([median(&mut pct[0]), median(&mut pct[1]), median(&mut pct[2])]),
         reps,
         stats: o.stats.then(|| engine.stats().to_string()),
+        over_floor: None,
     }
 }
 
@@ -375,6 +384,7 @@ fn peer(name: &str, path: &str, workload: &str, w: u32, n: usize, o: &Options) -
         pingpong,
         reps: Vec::new(),
         stats: None,
+        over_floor: None,
     })
 }
 
@@ -398,10 +408,14 @@ struct Ratio {
 
 /// The cache-line round trip (`probe::round_trip_ns`) taken before and
 /// after each round of one row: which state of the machine the row met.
+/// At W=1000, also each round's two-worker floor: the mean of the floors
+/// (`MachineState::floor_ns`) of the body figures taken before and after
+/// our engines ran in that round.
 struct RowState {
     workload: String,
     w: u32,
     round_trips: Vec<[f64; 2]>,
+    floors: Vec<f64>,
 }
 
 impl RowState {
@@ -441,8 +455,13 @@ impl ChainOverNodeps {
 fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workload>, out: &mut Measured) {
     let mut rounds: Vec<Vec<Row>> = Vec::new();
     let mut round_trips = Vec::new();
+    let mut floors = Vec::new();
+    // The probe's bodies are W=1000 ones: only those rows compare with them.
+    let floor_now =
+        |rt: Option<f64>| (w == probe::WEIGHT && wl.is_some() && !o.no_probe).then(|| probe::bodies(rt).floor_ns());
     for round in 0..o.pairs {
         let rt_before = row_round_trip(o);
+        let floor_before = floor_now(rt_before);
         let mut this = Vec::new();
         for &kind in &o.engines {
             let pass = if o.pairs > 1 { format!(" (round {}/{})", round + 1, o.pairs) } else { String::new() };
@@ -455,6 +474,9 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
                 append_reps(path, &row);
             }
             this.push(row);
+        }
+        if let (Some(before), Some(after)) = (floor_before, floor_now(rt_before)) {
+            floors.push((before + after) / 2.0);
         }
         for (name, path) in &o.peers {
             if let Some(r) = peer(name, path, wl_name, w, n, o) {
@@ -474,6 +496,10 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
         let mut ns = ns_of(name);
         let mut row = rounds[0].iter().find(|r| &r.engine == name).cloned().expect("row");
         row.ns_per_op = median(&mut ns);
+        if !floors.is_empty() && o.engines.iter().any(|k| k.name() == name) {
+            let mut over: Vec<f64> = ns_of(name).iter().zip(&floors).map(|(ns, f)| ns / f).collect();
+            row.over_floor = Some(median(&mut over));
+        }
         if let Some(p) = row.pingpong.as_mut() {
             for (k, v) in p.iter_mut().enumerate() {
                 let mut all: Vec<f64> = rounds
@@ -487,9 +513,21 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
         print_row(&row);
         out.rows.push(row);
     }
-    let state = RowState { workload: wl_name.into(), w, round_trips };
+    let state = RowState { workload: wl_name.into(), w, round_trips, floors };
     if !state.round_trips.is_empty() {
         println!("    cache-line round trip before→after each round: {} ns", state.round_trips_text());
+    }
+    if !state.floors.is_empty() {
+        let each: Vec<String> = state.floors.iter().map(|f| format!("{f:.0}")).collect();
+        let over: Vec<String> = out.rows[out.rows.len() - names.len()..]
+            .iter()
+            .filter_map(|r| Some(format!("{} {:.2}", r.engine, r.over_floor?)))
+            .collect();
+        println!(
+            "    two-worker floor around each round: {} ns/body; ns/op ÷ its round's floor, median: {}",
+            each.join(", "),
+            over.join(", ")
+        );
     }
     out.states.push(state);
     // Each peer against each of our engines, round by round.
@@ -753,6 +791,9 @@ fn json(m: &Measured, o: &Options, states: [Option<&MachineState>; 2]) -> String
         if let Some([a, b, c]) = r.pingpong {
             let _ = write!(s, ", \"p50_ns\": {a:.0}, \"p99_ns\": {b:.0}, \"p999_ns\": {c:.0}");
         }
+        if let Some(over) = r.over_floor {
+            let _ = write!(s, ", \"over_round_floor\": {over:.4}");
+        }
         s.push('}');
         s.push_str(if i + 1 < rows.len() { ",\n" } else { "\n" });
     }
@@ -761,11 +802,12 @@ fn json(m: &Measured, o: &Options, states: [Option<&MachineState>; 2]) -> String
         let each: Vec<String> = st.round_trips.iter().map(|[b, a]| format!("[{b:.1}, {a:.1}]")).collect();
         let _ = write!(
             s,
-            "{}\n    {{\"workload\": {:?}, \"w\": {}, \"round_trip_ns_before_after\": [{}]}}",
+            "{}\n    {{\"workload\": {:?}, \"w\": {}, \"round_trip_ns_before_after\": [{}], \"floor_ns\": [{}]}}",
             if i == 0 { "" } else { "," },
             st.workload,
             st.w,
-            each.join(", ")
+            each.join(", "),
+            st.floors.iter().map(|f| format!("{f:.1}")).collect::<Vec<_>>().join(", ")
         );
     }
     s.push_str("\n  ],\n  \"chain_over_nodeps_side_by_side\": {");

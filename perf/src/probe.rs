@@ -29,6 +29,9 @@
 //!   the "ideal" of half the one-thread time. With two CPUs or more, a
 //!   second figure more than 10 % over that ideal is flagged as no floor:
 //!   the host slowed, or something else took a CPU, while it was taken.
+//!   `depengine-perf` also takes these two figures alone ([`bodies`])
+//!   around each round of a W=1000 row, so that the row's rounds are
+//!   compared with floors of the same minutes.
 
 use crate::measure::median;
 use crate::workloads::{work, SplitMix};
@@ -80,6 +83,17 @@ impl MachineState {
     pub(crate) fn two_threads_unreliable(&self) -> bool {
         self.round_trip_ns.is_some() && self.two_thread_excess() > SIDE_BY_SIDE_EXCESS
     }
+
+    /// The two-worker floor these figures give, ns per body: the
+    /// two-thread figure, unless it is flagged, then half the one-thread
+    /// one.
+    pub(crate) fn floor_ns(&self) -> f64 {
+        if self.two_threads_unreliable() {
+            self.body_ns / 2.0
+        } else {
+            self.two_threads_ns
+        }
+    }
 }
 
 impl std::fmt::Display for MachineState {
@@ -111,9 +125,16 @@ impl std::fmt::Display for MachineState {
 
 /// Measures the machine's state now (see the module docs).
 pub(crate) fn probe() -> MachineState {
+    MachineState { written_lines: written_line_read_ns(), ..bodies(round_trip_ns()) }
+}
+
+/// The body figures alone (about a tenth of a second), with a round trip
+/// taken beside them (`None`: fewer than two CPUs): what `depengine-perf`
+/// takes around each round of a W=1000 row, for that round's floor.
+pub(crate) fn bodies(round_trip_ns: Option<f64>) -> MachineState {
     MachineState {
-        round_trip_ns: round_trip_ns(),
-        written_lines: written_line_read_ns(),
+        round_trip_ns,
+        written_lines: None,
         body_ns: one_thread_body_ns(),
         two_threads_ns: two_thread_body_ns(),
     }
@@ -129,7 +150,8 @@ const TRIES: usize = 5;
 const SPINS_BEFORE_YIELD: u32 = 100_000;
 /// Bodies per try of the body figures.
 const BODIES: u64 = 10_000;
-const WEIGHT: u32 = 1000;
+/// The body weight of the body figures.
+pub(crate) const WEIGHT: u32 = 1000;
 
 /// The median over [`TRIES`] of the mean round trip of one line between
 /// the first two CPUs this process may use, in ns (`None` with fewer than

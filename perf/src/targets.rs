@@ -3,11 +3,18 @@
 //! less) and each parallel workload's W=1000 ns/op over the two-worker
 //! floor (target: 1.10 or less).
 //!
-//! The floor is the lowest two-thread figure among the run's probes that
-//! ran side by side ([`MachineState::two_threads_unreliable`]); if none
-//! did, half the lowest one-thread figure. The ratios are of the rows'
-//! medians: a quick reading, which the pair ratios of a `--pairs` run and
-//! PERF.md's account stand behind. `chain` ÷ `nodeps` is also given as
+//! The W=1000 ratios come two ways. Side by side, where the run probed
+//! the floor around each round of the row (`measure_row`): the median of
+//! the rounds' ratios, each round's ns/op over the floor taken just
+//! before and after it. And against one floor for the whole run: the
+//! lowest two-thread figure among the run's probes that ran side by side
+//! ([`MachineState::two_threads_unreliable`]); if none did, half the
+//! lowest one-thread figure. That floor and the rows can be half an hour
+//! apart, while the host's speed drifts by 10–20 % (run36: a body took
+//! 1,486 ns before the rows and 1,792 after), so the first is the reading
+//! to go by. The other ratios are of the rows' medians: a quick reading,
+//! which the pair ratios of a `--pairs` run and PERF.md's account stand
+//! behind. `chain` ÷ `nodeps` is also given as
 //! taken side by side (`--chain-pairs`), where the run measured it: the
 //! two rows are minutes apart, and the host's speed drifts by 10–20 % in
 //! that time (run36: 1.98 from the rows).
@@ -55,25 +62,35 @@ pub(crate) fn markdown(rows: &[Row], states: [Option<&MachineState>; 2], side: &
     }
     let workloads: Vec<&str> =
         PARALLEL.into_iter().filter(|wl| engines.iter().any(|e| ns(e, wl, 1000).is_some())).collect();
-    if let (Some((floor, source)), false) = (floor(states), workloads.is_empty()) {
+    let over_round_floor = |engine: &str, workload: &str| {
+        crate::throughput_row(ours.iter().copied(), engine, workload, 1000).and_then(|r| r.over_floor)
+    };
+    if engines.iter().any(|e| workloads.iter().any(|wl| over_round_floor(e, wl).is_some())) {
         let _ = writeln!(
             s,
-            "W=1000 ns/op over the two-worker floor of {floor:.0} ns/op, {source} (target: 1.10 or less):\n"
+            "W=1000 ns/op over the two-worker floor taken around each round (the probe's body figures before and after our engines ran; the median of the rounds' ratios; target: 1.10 or less):\n"
         );
-        let _ = writeln!(s, "| engine | {} |\n|---|{}", workloads.join(" | "), "---|".repeat(workloads.len()));
-        for e in &engines {
-            let cells: Vec<String> = workloads
-                .iter()
-                .map(|wl| ns(e, wl, 1000).map_or("–".to_owned(), |v| format!("{:.2}", v / floor)))
-                .collect();
-            let _ = writeln!(s, "| {e} | {} |", cells.join(" | "));
-        }
-        s.push('\n');
+        table(&mut s, &engines, &workloads, |e, wl| over_round_floor(e, wl));
+    }
+    if let (Some((floor, source)), false) = (floor(states), workloads.is_empty()) {
+        let _ = writeln!(s, "W=1000 ns/op over one floor for the whole run, {floor:.0} ns/op, {source}:\n");
+        table(&mut s, &engines, &workloads, |e, wl| Some(ns(e, wl, 1000)? / floor));
     }
     if s.is_empty() {
         return s;
     }
     format!("### Issue 3's targets\n\n{s}")
+}
+
+/// A table of ratios, an engine a line and a workload a column.
+fn table(s: &mut String, engines: &[&str], workloads: &[&str], ratio: impl Fn(&str, &str) -> Option<f64>) {
+    let _ = writeln!(s, "| engine | {} |\n|---|{}", workloads.join(" | "), "---|".repeat(workloads.len()));
+    for e in engines {
+        let cells: Vec<String> =
+            workloads.iter().map(|wl| ratio(e, wl).map_or("–".to_owned(), |v| format!("{v:.2}"))).collect();
+        let _ = writeln!(s, "| {e} | {} |", cells.join(" | "));
+    }
+    s.push('\n');
 }
 
 #[cfg(test)]
@@ -92,6 +109,7 @@ mod tests {
             pingpong: None,
             reps: Vec::new(),
             stats: None,
+            over_floor: None,
         }
     }
 
@@ -114,8 +132,23 @@ mod tests {
         let text = markdown(&rows, [Some(&slow), Some(&good)], &side);
         assert!(text.contains("per_device 1.92"), "{text}");
         assert!(text.contains("side by side (a repetition of each in turn; the pairs' median and range): per_device 1.85 (1.80–1.90 over 3 pairs)."), "{text}");
-        assert!(text.contains("floor of 757 ns/op, the probes' two-thread figure"), "{text}");
+        assert!(text.contains("run, 757 ns/op, the probes' two-thread figure"), "{text}");
         assert!(text.contains("| engine | nodeps | random |"), "{text}");
+        assert!(text.contains("| per_device | 1.08 | 1.26 |"), "{text}");
+    }
+
+    /// A row's ratio to the floors taken around its rounds gets a table of
+    /// its own, before the one against the run's floor.
+    #[test]
+    fn the_rounds_own_floors_come_first() {
+        let mut random = row("per_device", "random", 1000, 957.0);
+        random.over_floor = Some(1.2345);
+        let rows = [random, row("per_device", "nodeps", 1000, 814.0)];
+        let text = markdown(&rows, [Some(&state(757.0)), None], &[]);
+        let own = text.find("floor taken around each round").expect(&text);
+        let whole = text.find("one floor for the whole run, 757 ns/op").expect(&text);
+        assert!(own < whole, "{text}");
+        assert!(text.contains("| per_device | – | 1.23 |\n\nW=1000"), "{text}");
         assert!(text.contains("| per_device | 1.08 | 1.26 |"), "{text}");
     }
 
@@ -125,9 +158,9 @@ mod tests {
     fn the_floor_falls_back_and_an_empty_run_has_no_section() {
         let rows = [row("pooled", "fanout", 1000, 900.0)];
         let text = markdown(&rows, [Some(&state(981.0)), None], &[]);
-        assert!(text.contains("floor of 750 ns/op, half the probes' one-thread figure"), "{text}");
+        assert!(text.contains("run, 750 ns/op, half the probes' one-thread figure"), "{text}");
         assert!(text.contains("| pooled | 1.20 |"), "{text}");
-        assert!(!text.contains("W=0 side by side"), "{text}");
+        assert!(!text.contains("W=0 side by side") && !text.contains("around each round"), "{text}");
         assert!(markdown(&rows, [None, None], &[]).is_empty());
     }
 }

@@ -475,6 +475,7 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
             }
             this.push(row);
         }
+        // `rt_before` only says whether there are two CPUs (`MachineState::two_threads_unreliable`).
         if let (Some(before), Some(after)) = (floor_before, floor_now(rt_before)) {
             floors.push((before + after) / 2.0);
         }
@@ -492,13 +493,16 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
     let ns_of = |name: &str| -> Vec<f64> {
         rounds.iter().filter_map(|rs| rs.iter().find(|r| r.engine == name)).map(|r| r.ns_per_op).collect()
     };
+    let mut over_floor_text = Vec::new();
     for name in &names {
-        let mut ns = ns_of(name);
+        let per_round = ns_of(name);
         let mut row = rounds[0].iter().find(|r| &r.engine == name).cloned().expect("row");
-        row.ns_per_op = median(&mut ns);
+        row.ns_per_op = median(&mut per_round.clone());
         if !floors.is_empty() && o.engines.iter().any(|k| k.name() == name) {
-            let mut over: Vec<f64> = ns_of(name).iter().zip(&floors).map(|(ns, f)| ns / f).collect();
-            row.over_floor = Some(median(&mut over));
+            let mut over: Vec<f64> = per_round.iter().zip(&floors).map(|(ns, f)| ns / f).collect();
+            let over = median(&mut over);
+            row.over_floor = Some(over);
+            over_floor_text.push(format!("{name} {over:.2}"));
         }
         if let Some(p) = row.pingpong.as_mut() {
             for (k, v) in p.iter_mut().enumerate() {
@@ -519,14 +523,10 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
     }
     if !state.floors.is_empty() {
         let each: Vec<String> = state.floors.iter().map(|f| format!("{f:.0}")).collect();
-        let over: Vec<String> = out.rows[out.rows.len() - names.len()..]
-            .iter()
-            .filter_map(|r| Some(format!("{} {:.2}", r.engine, r.over_floor?)))
-            .collect();
         println!(
             "    two-worker floor around each round: {} ns/body; ns/op ÷ its round's floor, median: {}",
             each.join(", "),
-            over.join(", ")
+            over_floor_text.join(", ")
         );
     }
     out.states.push(state);

@@ -3,21 +3,22 @@
 //! less) and each parallel workload's W=1000 ns/op over the two-worker
 //! floor (target: 1.10 or less).
 //!
-//! The W=1000 ratios come two ways. Side by side, where the run probed
-//! the floor around each round of the row (`measure_row`): the median of
-//! the rounds' ratios, each round's ns/op over the floor taken just
-//! before and after it. And against one floor for the whole run: the
-//! lowest two-thread figure among the run's probes that ran side by side
-//! ([`MachineState::two_threads_unreliable`]); if none did, half the
-//! lowest one-thread figure. That floor and the rows can be half an hour
-//! apart, while the host's speed drifts by 10–20 % (run36: a body took
-//! 1,486 ns before the rows and 1,792 after), so the first is the reading
-//! to go by. The other ratios are of the rows' medians: a quick reading,
-//! which the pair ratios of a `--pairs` run and PERF.md's account stand
-//! behind. `chain` ÷ `nodeps` is also given as
-//! taken side by side (`--chain-pairs`), where the run measured it: the
-//! two rows are minutes apart, and the host's speed drifts by 10–20 % in
-//! that time (run36: 1.98 from the rows).
+//! Each ratio comes two ways, the side-by-side one first where the run
+//! took it, since the host's speed drifts by 10–20 % within minutes
+//! (run36: a body took 1,486 ns before the rows and 1,792 after):
+//!
+//! - `chain` ÷ `nodeps`: taken side by side (`--chain-pairs`: the pairs'
+//!   median and range), and from the two rows' medians, minutes apart.
+//! - W=1000: side by side where the run probed the floor around each
+//!   round of the row (`measure_row`): the median of the rounds' ratios,
+//!   each round's ns/op over the floor taken just before and after it.
+//!   And against one floor for the whole run, up to half an hour from the
+//!   row: the lowest two-thread figure among the run's probes that ran
+//!   side by side ([`MachineState::two_threads_unreliable`]); if none
+//!   did, half the lowest one-thread figure.
+//!
+//! The rows' medians are a quick reading, which the pair ratios of a
+//! `--pairs` run and PERF.md's account stand behind.
 
 use crate::probe::MachineState;
 use crate::{ChainOverNodeps, Row};

@@ -223,6 +223,24 @@ struct Row {
     /// rounds of each round's ns/op over the two-worker floor taken
     /// around that round (`measure_row`).
     over_floor: Option<f64>,
+    /// The same rows: each round's ratio, in order, with the state the
+    /// cores met while our engines ran in it (`targets.rs` splits the
+    /// rounds by it).
+    floor_rounds: Vec<FloorRound>,
+}
+
+/// One round of one of our engines' W=1000 rows against the two-worker
+/// floor taken around it.
+#[derive(Clone, Copy, Debug)]
+struct FloorRound {
+    /// The round's ns/op over its floor.
+    over: f64,
+    /// The cache-line round trip between two CPUs, ns, taken just before
+    /// and just after our engines' turn in the round (`None` with fewer
+    /// than two CPUs). These hosts switch between states about seven
+    /// times apart (50 and 360 ns on the AMD host) within seconds, and
+    /// every hand-off between the cores costs accordingly.
+    round_trips: Option<[f64; 2]>,
 }
 
 fn throughput(kind: EngineKind, wl: &Workload, w: u32, o: &Options) -> Row {
@@ -265,6 +283,7 @@ fn throughput(kind: EngineKind, wl: &Workload, w: u32, o: &Options) -> Row {
             format!("{}\ncpu over the timed repetitions, share of one core: {cpu}", engine.stats())
         }),
         over_floor: None,
+        floor_rounds: Vec::new(),
     }
 }
 
@@ -343,6 +362,7 @@ fn pingpong(kind: EngineKind, o: &Options) -> Row {
         reps,
         stats: o.stats.then(|| engine.stats().to_string()),
         over_floor: None,
+        floor_rounds: Vec::new(),
     }
 }
 
@@ -385,6 +405,7 @@ fn peer(name: &str, path: &str, workload: &str, w: u32, n: usize, o: &Options) -
         reps: Vec::new(),
         stats: None,
         over_floor: None,
+        floor_rounds: Vec::new(),
     })
 }
 
@@ -456,6 +477,9 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
     let mut rounds: Vec<Vec<Row>> = Vec::new();
     let mut round_trips = Vec::new();
     let mut floors = Vec::new();
+    // The round trips just before and just after our engines' turn in each
+    // round whose floor was taken.
+    let mut our_round_trips = Vec::new();
     // The probe's bodies are W=1000 ones: only those rows compare with them.
     let floor_now =
         |rt: Option<f64>| (w == probe::WEIGHT && wl.is_some() && !o.no_probe).then(|| probe::bodies(rt).floor_ns());
@@ -475,9 +499,13 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
             }
             this.push(row);
         }
-        // `rt_before` only says whether there are two CPUs (`MachineState::two_threads_unreliable`).
-        if let (Some(before), Some(after)) = (floor_before, floor_now(rt_before)) {
-            floors.push((before + after) / 2.0);
+        if floor_before.is_some() {
+            let rt_after = row_round_trip(o);
+            // `rt_before` only says whether there are two CPUs (`MachineState::two_threads_unreliable`).
+            if let (Some(before), Some(after)) = (floor_before, floor_now(rt_before)) {
+                floors.push((before + after) / 2.0);
+                our_round_trips.push(rt_before.zip(rt_after).map(|(b, a)| [b, a]));
+            }
         }
         for (name, path) in &o.peers {
             if let Some(r) = peer(name, path, wl_name, w, n, o) {
@@ -500,6 +528,11 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
         row.ns_per_op = median(&mut per_round.clone());
         if !floors.is_empty() && o.engines.iter().any(|k| k.name() == name) {
             let mut over: Vec<f64> = per_round.iter().zip(&floors).map(|(ns, f)| ns / f).collect();
+            row.floor_rounds = over
+                .iter()
+                .zip(&our_round_trips)
+                .map(|(&over, &round_trips)| FloorRound { over, round_trips })
+                .collect();
             let over = median(&mut over);
             row.over_floor = Some(over);
             over_floor_text.push(format!("{name} {over:.2}"));
@@ -793,6 +826,17 @@ fn json(m: &Measured, o: &Options, states: [Option<&MachineState>; 2]) -> String
         }
         if let Some(over) = r.over_floor {
             let _ = write!(s, ", \"over_round_floor\": {over:.4}");
+        }
+        if !r.floor_rounds.is_empty() {
+            let each: Vec<String> = r
+                .floor_rounds
+                .iter()
+                .map(|f| match f.round_trips {
+                    Some([b, a]) => format!("[{:.4}, {b:.1}, {a:.1}]", f.over),
+                    None => format!("[{:.4}, null, null]", f.over),
+                })
+                .collect();
+            let _ = write!(s, ", \"each_round_over_floor_round_trips_before_after\": [{}]", each.join(", "));
         }
         s.push('}');
         s.push_str(if i + 1 < rows.len() { ",\n" } else { "\n" });

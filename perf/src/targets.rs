@@ -11,7 +11,11 @@
 //!   median and range), and from the two rows' medians, minutes apart.
 //! - W=1000: side by side where the run probed the floor around each
 //!   round of the row (`measure_row`): the median of the rounds' ratios,
-//!   each round's ns/op over the floor taken just before and after it.
+//!   each round's ns/op over the floor taken just before and after it;
+//!   then the same rounds split by the state the cores were in while our
+//!   engines ran ([`NEAR`]): the hosts switch between a cache-line round
+//!   trip of 50–80 ns and one of 350–480 within seconds, and each state
+//!   gives its own reading.
 //!   And against one floor for the whole run, up to half an hour from the
 //!   row: the lowest two-thread figure among the run's probes that ran
 //!   side by side ([`MachineState::two_threads_unreliable`]); if none
@@ -20,6 +24,7 @@
 //! The rows' medians are a quick reading, which the pair ratios of a
 //! `--pairs` run and PERF.md's account stand behind.
 
+use crate::measure::median;
 use crate::probe::MachineState;
 use crate::{ChainOverNodeps, Row};
 use std::fmt::Write as _;
@@ -27,6 +32,11 @@ use std::fmt::Write as _;
 /// The workloads whose W=1000 figure the target compares with the floor
 /// (`chain` is serial).
 const PARALLEL: [&str; 5] = ["nodeps", "chains64", "fanout", "random", "layered"];
+
+/// A round met the cores in their near state when both its round trips
+/// were within this many times the run's lowest (50 against 350–390 ns on
+/// the AMD host, 80 against 480 on the Intel one).
+const NEAR: f64 = 2.0;
 
 /// The two-worker floor of a run with these probes, ns per body, and
 /// where it came from; `None` without any probe.
@@ -71,11 +81,12 @@ pub(crate) fn markdown(rows: &[Row], states: [Option<&MachineState>; 2], side: &
             s,
             "W=1000 ns/op over the two-worker floor taken around each round (the probe's body figures before and after our engines ran; the median of the rounds' ratios; target: 1.10 or less):\n"
         );
-        table(&mut s, &engines, &workloads, |e, wl| over_round_floor(e, wl));
+        table(&mut s, &engines, &workloads, |e, wl| over_round_floor(e, wl).map(two_places));
+        by_state(&mut s, &ours, &engines, &workloads);
     }
     if let (Some((floor, source)), false) = (floor(states), workloads.is_empty()) {
         let _ = writeln!(s, "W=1000 ns/op over one floor for the whole run, {floor:.0} ns/op, {source}:\n");
-        table(&mut s, &engines, &workloads, |e, wl| Some(ns(e, wl, 1000)? / floor));
+        table(&mut s, &engines, &workloads, |e, wl| Some(two_places(ns(e, wl, 1000)? / floor)));
     }
     if s.is_empty() {
         return s;
@@ -83,12 +94,47 @@ pub(crate) fn markdown(rows: &[Row], states: [Option<&MachineState>; 2], side: &
     format!("### Issue 3's targets\n\n{s}")
 }
 
+/// The per-round ratios again, split by the state of the cores while our
+/// engines ran: rounds whose cache-line round trips (just before and just
+/// after our engines' turn) both stayed within [`NEAR`] times the lowest
+/// of the run's W=1000 rounds, and rounds whose both were above that.
+/// Rounds that met both states are in neither. Each cell gives the median
+/// and, in brackets, how many rounds it is of.
+fn by_state(s: &mut String, ours: &[&Row], engines: &[&str], workloads: &[&str]) {
+    let row = |e: &str, wl: &str| crate::throughput_row(ours.iter().copied(), e, wl, 1000);
+    let trips = ours.iter().filter(|r| r.w == 1000).flat_map(|r| &r.floor_rounds).filter_map(|f| f.round_trips);
+    let Some(lowest) = trips.flatten().reduce(f64::min) else { return };
+    let limit = NEAR * lowest;
+    for near in [true, false] {
+        let cell = |e: &str, wl: &str| {
+            let mut over: Vec<f64> = (row(e, wl)?.floor_rounds.iter())
+                .filter(|f| f.round_trips.is_some_and(|[b, a]| if near { b.max(a) <= limit } else { b.min(a) > limit }))
+                .map(|f| f.over)
+                .collect();
+            (!over.is_empty()).then(|| format!("{:.2} ({})", median(&mut over), over.len()))
+        };
+        if !engines.iter().any(|e| workloads.iter().any(|wl| cell(e, wl).is_some())) {
+            continue;
+        }
+        let which = if near { "within" } else { "above" };
+        let _ = writeln!(
+            s,
+            "The same, over the rounds whose round trips between two CPUs, just before and just after our engines ran, were both {which} {limit:.0} ns ({NEAR:.0} × the lowest of the run's W=1000 rounds; the number of rounds in brackets):\n"
+        );
+        table(s, engines, workloads, cell);
+    }
+}
+
+/// A ratio as the tables print it.
+fn two_places(v: f64) -> String {
+    format!("{v:.2}")
+}
+
 /// A table of ratios, an engine a line and a workload a column.
-fn table(s: &mut String, engines: &[&str], workloads: &[&str], ratio: impl Fn(&str, &str) -> Option<f64>) {
+fn table(s: &mut String, engines: &[&str], workloads: &[&str], cell: impl Fn(&str, &str) -> Option<String>) {
     let _ = writeln!(s, "| engine | {} |\n|---|{}", workloads.join(" | "), "---|".repeat(workloads.len()));
     for e in engines {
-        let cells: Vec<String> =
-            workloads.iter().map(|wl| ratio(e, wl).map_or("–".to_owned(), |v| format!("{v:.2}"))).collect();
+        let cells: Vec<String> = workloads.iter().map(|wl| cell(e, wl).unwrap_or_else(|| "–".to_owned())).collect();
         let _ = writeln!(s, "| {e} | {} |", cells.join(" | "));
     }
     s.push('\n');
@@ -97,6 +143,7 @@ fn table(s: &mut String, engines: &[&str], workloads: &[&str], ratio: impl Fn(&s
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::FloorRound;
 
     fn row(engine: &str, workload: &str, w: u32, ns_per_op: f64) -> Row {
         Row {
@@ -111,6 +158,7 @@ mod tests {
             reps: Vec::new(),
             stats: None,
             over_floor: None,
+            floor_rounds: Vec::new(),
         }
     }
 
@@ -151,6 +199,38 @@ mod tests {
         assert!(own < whole, "{text}");
         assert!(text.contains("| per_device | – | 1.23 |\n\nW=1000"), "{text}");
         assert!(text.contains("| per_device | 1.08 | 1.26 |"), "{text}");
+    }
+
+    /// The rounds split by the cores' state: near rounds (both round
+    /// trips within twice the run's lowest), far rounds (both above), and
+    /// a round that met both states in neither table.
+    #[test]
+    fn the_rounds_split_by_the_state_of_the_cores() {
+        let round = |over: f64, b: f64, a: f64| FloorRound { over, round_trips: Some([b, a]) };
+        let mut random = row("per_device", "random", 1000, 957.0);
+        random.over_floor = Some(1.30);
+        random.floor_rounds = vec![
+            round(1.12, 50.0, 55.0),
+            round(1.45, 360.0, 370.0),
+            round(1.30, 52.0, 380.0),
+            round(1.14, 60.0, 48.0),
+            round(1.41, 390.0, 350.0),
+            round(1.43, 355.0, 365.0),
+        ];
+        let mut nodeps = row("per_device", "nodeps", 1000, 760.0);
+        nodeps.over_floor = Some(1.04);
+        nodeps.floor_rounds = vec![round(1.04, 51.0, 49.0)];
+        let text = markdown(&[random, nodeps], [None, None], &[]);
+        let near = text.find("were both within 96 ns (2 × the lowest").expect(&text);
+        let far = text.find("were both above 96 ns").expect(&text);
+        assert!(near < far, "{text}");
+        assert!(text[near..far].contains("| per_device | 1.04 (1) | 1.14 (2) |"), "{text}");
+        assert!(text[far..].contains("| per_device | – | 1.43 (3) |"), "{text}");
+        // Without round trips (one CPU) there is no split.
+        let mut lone = row("per_device", "random", 1000, 957.0);
+        lone.over_floor = Some(1.30);
+        lone.floor_rounds = vec![FloorRound { over: 1.30, round_trips: None }];
+        assert!(!markdown(&[lone], [None, None], &[]).contains("were both"));
     }
 
     /// With no side-by-side probe the floor is half the one-thread figure;

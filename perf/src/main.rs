@@ -219,14 +219,19 @@ struct Row {
     reps: Vec<f64>,
     /// The engine's counters after the row (`--stats`).
     stats: Option<String>,
-    /// Our engines' W=1000 rows, with the probe on: the median over the
-    /// rounds of each round's ns/op over the two-worker floor taken
-    /// around that round (`measure_row`).
-    over_floor: Option<f64>,
-    /// The same rows: each round's ratio, in order, with the state the
-    /// cores met while our engines ran in it (`targets.rs` splits the
-    /// rounds by it).
+    /// Our engines' W=1000 rows, with the probe on: each round's ns/op
+    /// over the two-worker floor taken around that round, in order, with
+    /// the state the cores met while our engines ran in it
+    /// (`measure_row`; `targets.rs` splits the rounds by it).
     floor_rounds: Vec<FloorRound>,
+}
+
+impl Row {
+    /// The median of [`Row::floor_rounds`]' ratios (`None`: none taken).
+    fn over_floor(&self) -> Option<f64> {
+        let mut over: Vec<f64> = self.floor_rounds.iter().map(|f| f.over).collect();
+        (!over.is_empty()).then(|| median(&mut over))
+    }
 }
 
 /// One round of one of our engines' W=1000 rows against the two-worker
@@ -282,7 +287,6 @@ fn throughput(kind: EngineKind, wl: &Workload, w: u32, o: &Options) -> Row {
             let cpu = cpu.unwrap_or_default();
             format!("{}\ncpu over the timed repetitions, share of one core: {cpu}", engine.stats())
         }),
-        over_floor: None,
         floor_rounds: Vec::new(),
     }
 }
@@ -361,7 +365,6 @@ fn pingpong(kind: EngineKind, o: &Options) -> Row {
         pingpong: Some([median(&mut pct[0]), median(&mut pct[1]), median(&mut pct[2])]),
         reps,
         stats: o.stats.then(|| engine.stats().to_string()),
-        over_floor: None,
         floor_rounds: Vec::new(),
     }
 }
@@ -404,7 +407,6 @@ fn peer(name: &str, path: &str, workload: &str, w: u32, n: usize, o: &Options) -
         pingpong,
         reps: Vec::new(),
         stats: None,
-        over_floor: None,
         floor_rounds: Vec::new(),
     })
 }
@@ -499,13 +501,12 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
             }
             this.push(row);
         }
-        if floor_before.is_some() {
+        if let Some(before) = floor_before {
             let rt_after = row_round_trip(o);
             // `rt_before` only says whether there are two CPUs (`MachineState::two_threads_unreliable`).
-            if let (Some(before), Some(after)) = (floor_before, floor_now(rt_before)) {
-                floors.push((before + after) / 2.0);
-                our_round_trips.push(rt_before.zip(rt_after).map(|(b, a)| [b, a]));
-            }
+            let after = floor_now(rt_before).expect("taken under the same conditions as `floor_before`");
+            floors.push((before + after) / 2.0);
+            our_round_trips.push(rt_before.zip(rt_after).map(|(b, a)| [b, a]));
         }
         for (name, path) in &o.peers {
             if let Some(r) = peer(name, path, wl_name, w, n, o) {
@@ -527,15 +528,12 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
         let mut row = rounds[0].iter().find(|r| &r.engine == name).cloned().expect("row");
         row.ns_per_op = median(&mut per_round.clone());
         if !floors.is_empty() && o.engines.iter().any(|k| k.name() == name) {
-            let mut over: Vec<f64> = per_round.iter().zip(&floors).map(|(ns, f)| ns / f).collect();
-            row.floor_rounds = over
-                .iter()
-                .zip(&our_round_trips)
-                .map(|(&over, &round_trips)| FloorRound { over, round_trips })
+            row.floor_rounds = (per_round.iter().zip(&floors).zip(&our_round_trips))
+                .map(|((ns, f), &round_trips)| FloorRound { over: ns / f, round_trips })
                 .collect();
-            let over = median(&mut over);
-            row.over_floor = Some(over);
-            over_floor_text.push(format!("{name} {over:.2}"));
+            if let Some(over) = row.over_floor() {
+                over_floor_text.push(format!("{name} {over:.2}"));
+            }
         }
         if let Some(p) = row.pingpong.as_mut() {
             for (k, v) in p.iter_mut().enumerate() {
@@ -824,7 +822,7 @@ fn json(m: &Measured, o: &Options, states: [Option<&MachineState>; 2]) -> String
         if let Some([a, b, c]) = r.pingpong {
             let _ = write!(s, ", \"p50_ns\": {a:.0}, \"p99_ns\": {b:.0}, \"p999_ns\": {c:.0}");
         }
-        if let Some(over) = r.over_floor {
+        if let Some(over) = r.over_floor() {
             let _ = write!(s, ", \"over_round_floor\": {over:.4}");
         }
         if !r.floor_rounds.is_empty() {

@@ -74,7 +74,7 @@ pub(crate) fn markdown(rows: &[Row], states: [Option<&MachineState>; 2], side: &
     let workloads: Vec<&str> =
         PARALLEL.into_iter().filter(|wl| engines.iter().any(|e| ns(e, wl, 1000).is_some())).collect();
     let over_round_floor = |engine: &str, workload: &str| {
-        crate::throughput_row(ours.iter().copied(), engine, workload, 1000).and_then(|r| r.over_floor)
+        crate::throughput_row(ours.iter().copied(), engine, workload, 1000).and_then(Row::over_floor)
     };
     if engines.iter().any(|e| workloads.iter().any(|wl| over_round_floor(e, wl).is_some())) {
         let _ = writeln!(
@@ -157,7 +157,6 @@ mod tests {
             pingpong: None,
             reps: Vec::new(),
             stats: None,
-            over_floor: None,
             floor_rounds: Vec::new(),
         }
     }
@@ -191,7 +190,7 @@ mod tests {
     #[test]
     fn the_rounds_own_floors_come_first() {
         let mut random = row("per_device", "random", 1000, 957.0);
-        random.over_floor = Some(1.2345);
+        random.floor_rounds = vec![FloorRound { over: 1.2345, round_trips: None }];
         let rows = [random, row("per_device", "nodeps", 1000, 814.0)];
         let text = markdown(&rows, [Some(&state(757.0)), None], &[]);
         let own = text.find("floor taken around each round").expect(&text);
@@ -208,7 +207,6 @@ mod tests {
     fn the_rounds_split_by_the_state_of_the_cores() {
         let round = |over: f64, b: f64, a: f64| FloorRound { over, round_trips: Some([b, a]) };
         let mut random = row("per_device", "random", 1000, 957.0);
-        random.over_floor = Some(1.30);
         random.floor_rounds = vec![
             round(1.12, 50.0, 55.0),
             round(1.45, 360.0, 370.0),
@@ -218,7 +216,6 @@ mod tests {
             round(1.43, 355.0, 365.0),
         ];
         let mut nodeps = row("per_device", "nodeps", 1000, 760.0);
-        nodeps.over_floor = Some(1.04);
         nodeps.floor_rounds = vec![round(1.04, 51.0, 49.0)];
         let text = markdown(&[random, nodeps], [None, None], &[]);
         let near = text.find("were both within 96 ns (2 × the lowest").expect(&text);
@@ -228,7 +225,6 @@ mod tests {
         assert!(text[far..].contains("| per_device | – | 1.43 (3) |"), "{text}");
         // Without round trips (one CPU) there is no split.
         let mut lone = row("per_device", "random", 1000, 957.0);
-        lone.over_floor = Some(1.30);
         lone.floor_rounds = vec![FloorRound { over: 1.30, round_trips: None }];
         assert!(!markdown(&[lone], [None, None], &[]).contains("were both"));
     }

@@ -554,8 +554,13 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
     }
     if !state.floors.is_empty() {
         let each: Vec<String> = state.floors.iter().map(|f| format!("{f:.0}")).collect();
+        let floor_is = if std::thread::available_parallelism().map_or(1, |n| n.get()) == 1 {
+            "floor of one CPU (one body per operation)"
+        } else {
+            "two-worker floor"
+        };
         println!(
-            "    two-worker floor around each round: {} ns/body; ns/op ÷ its round's floor, median: {}",
+            "    {floor_is} around each round: {} ns/body; ns/op ÷ its round's floor, median: {}",
             each.join(", "),
             over_floor_text.join(", ")
         );

@@ -126,11 +126,14 @@ pub fn inline_fn(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new("store + invoke, captured bytes", captured), &captured, |b, &n| {
             let bytes = [7u8; 48];
             b.iter(|| {
-                let data = bytes;
+                let data = black_box(bytes);
                 let mut f = InlineFn::new_sync(move |_: &RunContext| {
-                    black_box(data[..n].len());
+                    black_box(&data[..n]);
                 });
-                black_box(f.invoke(&ctx, None)).ok();
+                // Opaque to the optimizer, as a block in the pool is: the
+                // call goes through the stored vtable (with fat LTO the
+                // direct version folded to nothing, 0.3 ns).
+                black_box(black_box(&mut f).invoke(&ctx, None)).ok();
             })
         });
     }

@@ -18,7 +18,12 @@
 #    `chain` ÷ `nodeps` at W=0 side by side (CHAIN_PAIRS pairs, default 15),
 #    writing
 #    perf/reports/<date>.{txt,json,svg,md} (REPORT_NAME=<name> instead of
-#    the date: a second run of a day);
+#    the date: a second run of a day); then, with two CPUs or more, runs
+#    our engines' parallel W=1000 rows again confined to one CPU
+#    (`taskset`: no line crosses between cores, so each ratio to the floor
+#    reads 1 + the engine's own work over one body; NO_ONE_CPU=1 skips
+#    it), into <stamp>.one-cpu.{txt,md}, and adds that section to the
+#    markdown;
 # 4. replaces the part of PERF.md between `<!-- report:begin -->` and
 #    `<!-- report:end -->` with the markdown tables;
 # 5. runs the criterion suite of the engine's parts and puts its medians
@@ -101,6 +106,21 @@ quick=()
 echo "== depengine-perf → $stamp.{txt,json,svg,md}"
 cargo run --release -q -p depengine-perf -- "${quick[@]}" --pairs "$PAIRS" --chain-pairs "${CHAIN_PAIRS:-15}" "${peers[@]}" \
     --json "$stamp.json" --svg "$stamp.svg" --markdown "$stamp.md" | tee "$stamp.txt"
+
+# The W=1000 rows on one CPU: the engine's own work, with nothing crossing.
+cpus=$(python3 -c 'import os; print(len(os.sched_getaffinity(0)))')
+if [[ "${NO_ONE_CPU:-0}" != 1 && $cpus -gt 1 ]] && command -v taskset >/dev/null; then
+    first=$(python3 -c 'import os; print(min(os.sched_getaffinity(0)))')
+    echo "== our engines' W=1000 rows on CPU $first alone → $stamp.one-cpu.{txt,md}"
+    taskset -c "$first" cargo run --release -q -p depengine-perf -- "${quick[@]}" --pairs "$PAIRS" --engines pooled,per_device \
+        --workloads nodeps,chains64,fanout,random,layered --w 1000 --markdown "$stamp.one-cpu.md" | tee "$stamp.one-cpu.txt"
+    {
+        printf '\n### W = 1000 on one CPU: the engine'"'"'s own work\n\n'
+        printf 'Our engines'"'"' parallel rows again, every thread on CPU %s (`taskset`; PERF.md, "fifteenth session").\n\n' "$first"
+        # Its headings one level down, under this one.
+        sed 's/^### /#### /' "$stamp.one-cpu.md"
+    } >> "$stamp.md"
+fi
 
 # Replaces what lies between `<!-- NAME:begin -->` and `<!-- NAME:end -->` in PERF.md.
 splice() { # name, file

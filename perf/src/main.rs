@@ -66,7 +66,7 @@ mod turns;
 mod workloads;
 
 use depengine::{Engine, EngineBuilder, EngineKind, Var};
-use measure::{allocations, cpu_shares, machine, median, peak_rss_mb, reset_peak_rss, thread_cpu, CountingAlloc};
+use measure::{allocations, cpu_shares, cpus, machine, median, peak_rss_mb, reset_peak_rss, thread_cpu, CountingAlloc};
 use probe::{probe, round_trip_ns, MachineState};
 use std::fmt::Write as _;
 use std::process::Command;
@@ -114,7 +114,7 @@ fn parse_args() -> Options {
         weights: vec![0, 1000],
         n: None,
         reps: 5,
-        threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        threads: cpus(),
         spin_us: None,
         bulk: 0,
         peers: Vec::new(),
@@ -554,11 +554,7 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
     }
     if !state.floors.is_empty() {
         let each: Vec<String> = state.floors.iter().map(|f| format!("{f:.0}")).collect();
-        let floor_is = if std::thread::available_parallelism().map_or(1, |n| n.get()) == 1 {
-            "floor of one CPU (one body per operation)"
-        } else {
-            "two-worker floor"
-        };
+        let floor_is = if cpus() == 1 { "floor of one CPU (one body per operation)" } else { "two-worker floor" };
         println!(
             "    {floor_is} around each round: {} ns/body; ns/op ÷ its round's floor, median: {}",
             each.join(", "),

@@ -77,9 +77,15 @@ pub(crate) fn median(xs: &mut [f64]) -> f64 {
     xs[xs.len() / 2]
 }
 
+/// The CPUs this process may run on (its affinity mask: one under
+/// `taskset -c 0`).
+pub(crate) fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// The machine, for the report header.
 pub(crate) fn machine() -> String {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpus = cpus();
     let model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|c| {

@@ -108,9 +108,9 @@ cargo run --release -q -p depengine-perf -- "${quick[@]}" --pairs "$PAIRS" --cha
     --json "$stamp.json" --svg "$stamp.svg" --markdown "$stamp.md" | tee "$stamp.txt"
 
 # The W=1000 rows on one CPU: the engine's own work, with nothing crossing.
-cpus=$(python3 -c 'import os; print(len(os.sched_getaffinity(0)))')
+# The CPUs this process may use: how many, and the first of them.
+read -r cpus first < <(python3 -c 'import os; a = os.sched_getaffinity(0); print(len(a), min(a))')
 if [[ "${NO_ONE_CPU:-0}" != 1 && $cpus -gt 1 ]] && command -v taskset >/dev/null; then
-    first=$(python3 -c 'import os; print(min(os.sched_getaffinity(0)))')
     echo "== our engines' W=1000 rows on CPU $first alone → $stamp.one-cpu.{txt,md}"
     taskset -c "$first" cargo run --release -q -p depengine-perf -- "${quick[@]}" --pairs "$PAIRS" --engines pooled,per_device \
         --workloads nodeps,chains64,fanout,random,layered --w 1000 --markdown "$stamp.one-cpu.md" | tee "$stamp.one-cpu.txt"

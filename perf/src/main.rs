@@ -229,8 +229,14 @@ struct Row {
 impl Row {
     /// The median of [`Row::floor_rounds`]' ratios (`None`: none taken).
     fn over_floor(&self) -> Option<f64> {
-        let mut over: Vec<f64> = self.floor_rounds.iter().map(|f| f.over).collect();
-        (!over.is_empty()).then(|| median(&mut over))
+        self.over_floor_of(|_| true).map(|(over, _)| over)
+    }
+
+    /// The median of the ratios of the rounds that `keep` keeps, and how
+    /// many it kept (`None`: none).
+    fn over_floor_of(&self, keep: impl Fn(&FloorRound) -> bool) -> Option<(f64, usize)> {
+        let mut over: Vec<f64> = self.floor_rounds.iter().filter(|f| keep(f)).map(|f| f.over).collect();
+        (!over.is_empty()).then(|| (median(&mut over), over.len()))
     }
 }
 

@@ -81,7 +81,12 @@ impl MachineState {
     /// another program took a CPU meanwhile. (With one CPU the excess is 2
     /// by construction, and one thread's time is the floor.)
     pub(crate) fn two_threads_unreliable(&self) -> bool {
-        self.round_trip_ns.is_some() && self.two_thread_excess() > SIDE_BY_SIDE_EXCESS
+        !self.on_one_cpu() && self.two_thread_excess() > SIDE_BY_SIDE_EXCESS
+    }
+
+    /// Whether the probe ran on one CPU (it took no round trip between two).
+    pub(crate) fn on_one_cpu(&self) -> bool {
+        self.round_trip_ns.is_none()
     }
 
     /// The two-worker floor these figures give, ns per body: the

@@ -30,7 +30,6 @@
 //! The rows' medians are a quick reading, which the pair ratios of a
 //! `--pairs` run and PERF.md's account stand behind.
 
-use crate::measure::median;
 use crate::probe::MachineState;
 use crate::{ChainOverNodeps, Row};
 use std::fmt::Write as _;
@@ -87,8 +86,7 @@ pub(crate) fn markdown(rows: &[Row], states: [Option<&MachineState>; 2], side: &
     let over_round_floor = |engine: &str, workload: &str| {
         crate::throughput_row(ours.iter().copied(), engine, workload, 1000).and_then(Row::over_floor)
     };
-    // A probe with no round trip ran on one CPU.
-    let one_cpu = states.iter().flatten().any(|st| st.round_trip_ns.is_none());
+    let one_cpu = states.iter().flatten().any(|st| st.on_one_cpu());
     if engines.iter().any(|e| workloads.iter().any(|wl| over_round_floor(e, wl).is_some())) {
         let (floor_is, target) = if one_cpu {
             (ONE_CPU_FLOOR, "issue 3's target, 1.10 or less, is for two CPUs and more")
@@ -126,11 +124,10 @@ fn by_state(s: &mut String, ours: &[&Row], engines: &[&str], workloads: &[&str])
     let limit = NEAR * lowest;
     for near in [true, false] {
         let cell = |e: &str, wl: &str| {
-            let mut over: Vec<f64> = (row(e, wl)?.floor_rounds.iter())
-                .filter(|f| f.round_trips.is_some_and(|[b, a]| if near { b.max(a) <= limit } else { b.min(a) > limit }))
-                .map(|f| f.over)
-                .collect();
-            (!over.is_empty()).then(|| format!("{:.2} ({})", median(&mut over), over.len()))
+            let (over, rounds) = row(e, wl)?.over_floor_of(|f| {
+                f.round_trips.is_some_and(|[b, a]| if near { b.max(a) <= limit } else { b.min(a) > limit })
+            })?;
+            Some(format!("{over:.2} ({rounds})"))
         };
         if !engines.iter().any(|e| workloads.iter().any(|wl| cell(e, wl).is_some())) {
             continue;

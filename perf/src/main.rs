@@ -34,6 +34,12 @@
 //!                              (.summary.txt: by operation name and by lane, how
 //!                              busy each worker was) per row (keep --n small: each
 //!                              lane keeps its last 32,768 operations)
+//!   --timeline DIR             record when each body of our engines' W>0 rows
+//!                              ran and on which thread, from the body itself
+//!                              (no engine stamps: `timeline.rs`), and write the
+//!                              last repetition of each row to
+//!                              DIR/<engine>-<workload>-w<W>.tsv
+//!                              (perf/timeline.py reads it)
 //!   --stats                    print each engine's counters (depengine::EngineStats)
 //!                              under its row, summed over all repetitions, and
 //!                              each thread's share of a core over the timed
@@ -62,6 +68,7 @@ mod chart;
 mod measure;
 mod probe;
 mod targets;
+mod timeline;
 mod turns;
 mod workloads;
 
@@ -93,6 +100,8 @@ struct Options {
     quick: bool,
     stats: bool,
     profile: Option<std::path::PathBuf>,
+    /// `--timeline`: the folder of the bodies' timelines.
+    timeline: Option<std::path::PathBuf>,
     pin: bool,
     reps_out: Option<String>,
     no_probe: bool,
@@ -125,6 +134,7 @@ fn parse_args() -> Options {
         quick: false,
         stats: false,
         profile: None,
+        timeline: None,
         pin: true,
         reps_out: None,
         no_probe: false,
@@ -152,6 +162,7 @@ fn parse_args() -> Options {
             "--chain-pairs" => o.chain_pairs = val().parse().unwrap_or_else(|_| usage("bad --chain-pairs")),
             "--no-pin" => o.pin = false,
             "--profile" => o.profile = Some(val().into()),
+            "--timeline" => o.timeline = Some(val().into()),
             "--bulk" => o.bulk = val().parse().unwrap_or_else(|_| usage("bad --bulk")),
             "--peer" => {
                 let v = val();
@@ -182,6 +193,9 @@ fn parse_args() -> Options {
     }
     if o.quick {
         o.reps = o.reps.min(2);
+    }
+    if let Some(dir) = &o.timeline {
+        std::fs::create_dir_all(dir).unwrap_or_else(|e| usage(&format!("--timeline {}: {e}", dir.display())));
     }
     if o.chain_pairs > 0 && o.take_turns.is_some() {
         usage("--chain-pairs does not take turns with another process");
@@ -262,9 +276,15 @@ fn throughput(kind: EngineKind, wl: &Workload, w: u32, o: &Options) -> Row {
     let mut allocs = Vec::new();
     reset_peak_rss();
     let mut cpu_before = None;
+    // Bodies of W=0 rows do not look at the timeline.
+    let timeline = o.timeline.as_ref().filter(|_| w > 0 && timeline::on());
     for rep in 0..=o.reps {
+        if timeline.is_some() {
+            timeline::arm(wl.ops.len());
+        }
         let a0 = allocations();
         let ns_per_op = timed_rep(&engine, wl, &vars, w);
+        timeline::disarm();
         let da = (allocations() - a0) as f64;
         if rep > 0 {
             times.push(ns_per_op);
@@ -276,6 +296,9 @@ fn throughput(kind: EngineKind, wl: &Workload, w: u32, o: &Options) -> Row {
         }
     }
     let cpu = cpu_before.map(|(before, t)| cpu_shares(&before, &thread_cpu(), t.elapsed()));
+    if let Some(dir) = timeline {
+        timeline::write(dir, &format!("{}-{}-w{w}", kind.name(), wl.name), wl.ops.len());
+    }
     engine.set_bulk_size(0).expect("bulk size");
     let name = if o.bulk > 1 { format!("{}+bulk{}", kind.name(), o.bulk) } else { kind.name().to_owned() };
     let reps = times.clone();
@@ -894,6 +917,11 @@ fn main() {
         "{:<12} {:<9} {:>6} {:>9} {:>10} {:>10} {:>10} {:>10} {:>8}",
         "engine", "workload", "W", "N", "ns/op|p50", "Mops/s|p99", "p99.9", "allocs/op", "RSS MB"
     );
+    if o.timeline.is_some() {
+        // A slot for each operation of the largest W>0 row, before any row.
+        let n = o.n.unwrap_or(if o.quick { 1_000 } else { 100_000 });
+        timeline::init(n);
+    }
     let mut m = Measured::default();
     for wl_name in &o.workloads {
         if wl_name == "pingpong" {
@@ -907,6 +935,12 @@ fn main() {
             let wl = Workload::build(wl_name, n).expect("workload");
             measure_row(&o, wl_name, w, n, Some(&wl), &mut m);
         }
+    }
+    if let Some(dir) = &o.timeline {
+        println!(
+            "bodies' timelines (W>0 rows): {}/<engine>-<workload>-w<W>.tsv; perf/timeline.py reads them",
+            dir.display()
+        );
     }
     if o.chain_pairs > 0 {
         for &kind in &o.engines {

@@ -30,19 +30,23 @@ impl SplitMix {
 /// in `shared/peers/cxx/common.hpp`, a per-thread volatile in MXNet's
 /// bench): no body writes a line that another core's body writes too.
 /// (Until 2026-11-27 it stored to one shared atomic; PERF.md has the A/B.)
+///
+/// With `--timeline`, the body records when it ran (`timeline.rs`).
 #[inline]
 pub(crate) fn work(index: u64, w: u32) {
     if w == 0 {
         return;
     }
-    let mut x = index + 1;
-    for _ in 0..w {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x = black_box(x);
-    }
-    black_box(x);
+    crate::timeline::time(index, || {
+        let mut x = index + 1;
+        for _ in 0..w {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x = black_box(x);
+        }
+        black_box(x);
+    });
 }
 
 /// Every throughput workload.

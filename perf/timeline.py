@@ -6,9 +6,9 @@
 
 For each file: the repetition's span and ns per operation, the median
 body, and per thread its bodies, its busy share of the span, the gaps
-between two of its bodies (p50/p90/p99: what the engine costs that
-thread per operation, end of one body to the start of the next) and
-the gaps over 5 us ("away": the thread had no work, or another thread
+between two of its bodies (p50/p90/p99, and the mean of those up to
+5 us: what the engine costs that thread per operation, from the end of
+one body to the start of the next) and the gaps over 5 us ("away": the thread had no work, or another thread
 had its CPU; on a machine with as many workers as CPUs, mostly the
 pusher).
 
@@ -53,15 +53,17 @@ def threads(names, ops):
     by = collections.defaultdict(list)
     for _, start, end, t in ops:
         by[t].append((start, end))
-    print(f"  {'thread':<22} {'bodies':>7} {'busy':>6} {'gap p50':>8} {'p90':>6} {'p99':>6} {'away':>5} {'away us':>9}")
+    print(f"  {'thread':<22} {'bodies':>7} {'busy':>6} {'gap p50':>8} {'p90':>6} {'p99':>6} {'mean':>6} {'away':>5} {'away us':>9}")
     for t, spans in sorted(by.items()):
         spans.sort()
         gaps = [b[0] - a[1] for a, b in zip(spans, spans[1:])]
         away = [g for g in gaps if g > AWAY_NS]
+        near = [g for g in gaps if g <= AWAY_NS]
+        mean = statistics.mean(near) if near else float("nan")
         busy = sum(e - s for s, e in spans) / span
         print(
             f"  {names.get(t, t):<22} {len(spans):>7} {busy:>6.1%} {pct(gaps, .5):>8,} {pct(gaps, .9):>6,} "
-            f"{pct(gaps, .99):>6,} {len(away):>5} {sum(away) / 1e3:>9,.0f}"
+            f"{pct(gaps, .99):>6,} {mean:>6,.0f} {len(away):>5} {sum(away) / 1e3:>9,.0f}"
         )
     return body
 

@@ -103,6 +103,11 @@ pub(crate) struct Core {
     pub(crate) first_error: FirstError,
     pub(crate) shutting_down: AtomicBool,
     pub(crate) cancelling: AtomicBool,
+    /// Set before the first failure is stored on a variable (`VarSlot::
+    /// finish_write`), never cleared: while it is false no variable holds
+    /// a failure, and a run need not look at the variables it reads
+    /// (`Core::skip_failure`).
+    pub(crate) failures_held: AtomicBool,
     pub(crate) stats: Stats,
     pub(crate) profiler: Profiler,
     /// Hang diagnosis, when on (`diagnose.rs`).
@@ -165,6 +170,7 @@ impl Core {
             first_error: FirstError::default(),
             shutting_down: AtomicBool::new(false),
             cancelling: AtomicBool::new(false),
+            failures_held: AtomicBool::new(false),
             stats: Stats::new(workers),
             profiler: Profiler::new(workers, b.profile_events),
             diagnosis,

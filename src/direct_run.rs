@@ -222,7 +222,7 @@ impl Core {
         }
         for d in deps.iter().filter(|d| d.writes()) {
             // SAFETY: the grant holds this write.
-            unsafe { self.vars.get(d.slot()).finish_write(failure.as_ref()) };
+            unsafe { self.vars.get(d.slot()).finish_write(failure.as_ref(), &self.failures_held) };
         }
         // As the combiner, release at once each access that nothing waits
         // behind: plain stores, where completing it the usual way takes a

@@ -182,7 +182,10 @@ impl Core {
         if user && self.cancelling.load(Ordering::Relaxed) {
             return Some(OpError::new(opts.name, "cancelled: the engine shut down before it ran"));
         }
-        if opts.no_skip {
+        // No variable holds a failure before the flag is set; a write that
+        // stored one set it before its release, which granted us after
+        // (`VarSlot::finish_write`), so this relaxed load sees it.
+        if opts.no_skip || !self.failures_held.load(Ordering::Relaxed) {
             return None;
         }
         // SAFETY: per the contract.
@@ -337,7 +340,7 @@ impl Core {
             // granted that one before its outcome is recorded too.
             let mut granted = unsafe {
                 if d.writes() && changes_values {
-                    slot.finish_write(failure);
+                    slot.finish_write(failure, &self.failures_held);
                 }
                 if d.writes() {
                     slot.queue().complete_write(&self.blocks)

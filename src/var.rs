@@ -14,7 +14,7 @@
 
 use crate::error::{EngineError, OpError};
 use crate::pool::{Pool, Pooled};
-use crate::sync::{AtomicU32, AtomicU64, Ordering, UnsafeCell};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering, UnsafeCell};
 use crate::var_queue::{QueueHead, QueueTail, VarBlock, VarQueue};
 use std::sync::Arc;
 
@@ -156,7 +156,14 @@ impl VarSlot {
     ///
     /// # Safety
     /// The caller must hold the granted write on the variable.
-    pub(crate) unsafe fn finish_write(&self, failure: Option<&Arc<OpError>>) {
+    ///
+    /// A failure sets `failures_held` (the engine's `Core::failures_held`)
+    /// first: before the store, and so before the release of this write,
+    /// which whoever reads the failure was granted after.
+    pub(crate) unsafe fn finish_write(&self, failure: Option<&Arc<OpError>>, failures_held: &AtomicBool) {
+        if failure.is_some() {
+            failures_held.store(true, Ordering::Relaxed);
+        }
         // SAFETY: per the contract we are the only accessor of `error`.
         unsafe { self.done.error.with_mut(|p| *p = failure.cloned()) };
         // Only the holder of the write writes the version (and the slot's

@@ -23,7 +23,10 @@
 #    (`taskset`: no line crosses between cores, so each ratio to the floor
 #    reads 1 + the engine's own work over one body; NO_ONE_CPU=1 skips
 #    it), into <stamp>.one-cpu.{txt,md}, and adds that section to the
-#    markdown;
+#    markdown; then runs the same rows once more with the bodies'
+#    timeline (`--timeline`, `perf/timeline.py --markdown`: per
+#    operation, the workers' gaps and time away; NO_TIMELINE=1 skips
+#    it), into <stamp>.timeline.{txt,md}, and adds that section too;
 # 4. replaces the part of PERF.md between `<!-- report:begin -->` and
 #    `<!-- report:end -->` with the markdown tables;
 # 5. runs the criterion suite of the engine's parts and puts its medians
@@ -119,6 +122,23 @@ if [[ "${NO_ONE_CPU:-0}" != 1 && $cpus -gt 1 ]] && command -v taskset >/dev/null
         printf 'Our engines'"'"' parallel rows again, every thread on CPU %s (`taskset`; PERF.md, "fifteenth session").\n\n' "$first"
         # Its headings one level down, under this one.
         sed 's/^### /#### /' "$stamp.one-cpu.md"
+    } >> "$stamp.md"
+fi
+
+# The W=1000 rows once more, each body recording when it ran: where each
+# row's time over its floor goes, per operation (the timelines themselves,
+# 2-3 MB a row, go to a temporary folder).
+if [[ "${NO_TIMELINE:-0}" != 1 ]]; then
+    echo "== our engines' W=1000 rows with the bodies' timeline → $stamp.timeline.{txt,md}"
+    timelines="$(mktemp -d)"
+    cargo run --release -q -p depengine-perf -- "${quick[@]}" --engines pooled,per_device \
+        --workloads nodeps,chains64,fanout,random,layered --w 1000 --timeline "$timelines" | tee "$stamp.timeline.txt"
+    python3 perf/timeline.py --markdown "$timelines"/*.tsv > "$stamp.timeline.md"
+    rm -rf "$timelines"
+    {
+        printf '\n### W = 1000: where the time goes (the bodies'"'"' timeline)\n\n'
+        printf 'Our engines'"'"' parallel rows once more (one round, after the rows above), each body recording when it ran and on which thread (`--timeline`, `perf/timeline.py --markdown`; PERF.md, "sixteenth session"). Per operation, over the workers: the gaps between two bodies of a worker (the engine'"'"'s work there), its gaps over 5 µs (time away: the pusher had its CPU, or nothing was ready), and bodies, gaps and time away over one body, which is the workers'"'"' time per operation over one body and so what the row reads over the floor of its workers. The round trips of this pass are in %s.\n\n' "\`$stamp.timeline.txt\`"
+        cat "$stamp.timeline.md"
     } >> "$stamp.md"
 fi
 

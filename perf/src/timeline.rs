@@ -135,9 +135,9 @@ pub(crate) fn disarm() {
 }
 
 /// The last repetition's records of `ops` operations as the file's text;
-/// `None` if a body did not record itself.
+/// `None` if a body did not record itself (or there are fewer slots).
 pub(crate) fn text(ops: usize) -> Option<String> {
-    let slots = &SLOTS.get()?[..ops];
+    let slots = SLOTS.get()?.get(..ops)?;
     let [(t0, k0), (t1, k1)] = (*CALIBRATION.lock().unwrap_or_else(|e| e.into_inner()))?;
     let ns_per_tick = t1.duration_since(t0).as_nanos() as f64 / k1.saturating_sub(k0).max(1) as f64;
     let records: Vec<(u64, u64, u32)> = slots

@@ -110,13 +110,16 @@ echo "== depengine-perf → $stamp.{txt,json,svg,md}"
 cargo run --release -q -p depengine-perf -- "${quick[@]}" --pairs "$PAIRS" --chain-pairs "${CHAIN_PAIRS:-15}" "${peers[@]}" \
     --json "$stamp.json" --svg "$stamp.svg" --markdown "$stamp.md" | tee "$stamp.txt"
 
+# Our engines' parallel W=1000 rows, which the two passes below run again.
+w1000_rows=(--engines pooled,per_device --workloads nodeps,chains64,fanout,random,layered --w 1000)
+
 # The W=1000 rows on one CPU: the engine's own work, with nothing crossing.
 # The CPUs this process may use: how many, and the first of them.
 read -r cpus first < <(python3 -c 'import os; a = os.sched_getaffinity(0); print(len(a), min(a))')
 if [[ "${NO_ONE_CPU:-0}" != 1 && $cpus -gt 1 ]] && command -v taskset >/dev/null; then
     echo "== our engines' W=1000 rows on CPU $first alone → $stamp.one-cpu.{txt,md}"
-    taskset -c "$first" cargo run --release -q -p depengine-perf -- "${quick[@]}" --pairs "$PAIRS" --engines pooled,per_device \
-        --workloads nodeps,chains64,fanout,random,layered --w 1000 --markdown "$stamp.one-cpu.md" | tee "$stamp.one-cpu.txt"
+    taskset -c "$first" cargo run --release -q -p depengine-perf -- "${quick[@]}" --pairs "$PAIRS" "${w1000_rows[@]}" \
+        --markdown "$stamp.one-cpu.md" | tee "$stamp.one-cpu.txt"
     {
         printf '\n### W = 1000 on one CPU: the engine'"'"'s own work\n\n'
         printf 'Our engines'"'"' parallel rows again, every thread on CPU %s (`taskset`; PERF.md, "fifteenth session").\n\n' "$first"
@@ -131,8 +134,8 @@ fi
 if [[ "${NO_TIMELINE:-0}" != 1 ]]; then
     echo "== our engines' W=1000 rows with the bodies' timeline → $stamp.timeline.{txt,md}"
     timelines="$(mktemp -d)"
-    cargo run --release -q -p depengine-perf -- "${quick[@]}" --engines pooled,per_device \
-        --workloads nodeps,chains64,fanout,random,layered --w 1000 --timeline "$timelines" | tee "$stamp.timeline.txt"
+    cargo run --release -q -p depengine-perf -- "${quick[@]}" "${w1000_rows[@]}" --timeline "$timelines" \
+        | tee "$stamp.timeline.txt"
     python3 perf/timeline.py --markdown "$timelines"/*.tsv > "$stamp.timeline.md"
     rm -rf "$timelines"
     {

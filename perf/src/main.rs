@@ -320,6 +320,13 @@ fn throughput(kind: EngineKind, wl: &Workload, w: u32, o: &Options) -> Row {
     }
 }
 
+/// The operations of a throughput row at body weight `w`: `--n`, else
+/// 1,000,000 at W=0 and 100,000 otherwise (a hundredth with `--quick`).
+fn ops_per_row(o: &Options, w: u32) -> usize {
+    let default_n = if w == 0 { 1_000_000 } else { 100_000 };
+    o.n.unwrap_or(if o.quick { default_n / 100 } else { default_n })
+}
+
 /// One timed repetition: every operation of `wl` pushed, then waited for.
 /// Returns ns per operation.
 fn timed_rep(engine: &Engine, wl: &Workload, vars: &[Var], w: u32) -> f64 {
@@ -335,7 +342,7 @@ fn timed_rep(engine: &Engine, wl: &Workload, vars: &[Var], w: u32) -> f64 {
 /// of the host's speed weighs on both. Each on an engine of its own, as
 /// in its row. Returns each pair's ratio, in order.
 fn chain_over_nodeps(kind: EngineKind, o: &Options) -> Vec<f64> {
-    let n = o.n.unwrap_or(if o.quick { 10_000 } else { 1_000_000 });
+    let n = ops_per_row(o, 0);
     let side = |name: &str| {
         let wl = Workload::build(name, n).expect("workload");
         let engine = build_engine(kind, &format!("{name}-w0-side-by-side"), o);
@@ -918,9 +925,8 @@ fn main() {
         "engine", "workload", "W", "N", "ns/op|p50", "Mops/s|p99", "p99.9", "allocs/op", "RSS MB"
     );
     if o.timeline.is_some() {
-        // A slot for each operation of the largest W>0 row, before any row.
-        let n = o.n.unwrap_or(if o.quick { 1_000 } else { 100_000 });
-        timeline::init(n);
+        // A slot for each operation of a W>0 row, before any row.
+        timeline::init(ops_per_row(&o, 1));
     }
     let mut m = Measured::default();
     for wl_name in &o.workloads {
@@ -930,8 +936,7 @@ fn main() {
             continue;
         }
         for &w in &o.weights {
-            let default_n = if w == 0 { 1_000_000 } else { 100_000 };
-            let n = o.n.unwrap_or(if o.quick { default_n / 100 } else { default_n });
+            let n = ops_per_row(&o, w);
             let wl = Workload::build(wl_name, n).expect("workload");
             measure_row(&o, wl_name, w, n, Some(&wl), &mut m);
         }

@@ -345,7 +345,10 @@ mod tests {
     /// nanosecond per W=1000 body.
     #[test]
     fn the_probe_measures_something() {
-        let state = probe();
+        let state = {
+            let _alone = crate::timeline::bodies_exclusive();
+            probe()
+        };
         assert!(state.body_ns > 50.0, "{state}");
         assert!(state.two_threads_ns > 10.0 && state.two_threads_ns.is_finite(), "{state}");
         let cpus = core_affinity::get_core_ids().map_or(0, |c| c.len());

@@ -175,6 +175,15 @@ pub(crate) fn write(dir: &Path, name: &str, ops: usize) {
     }
 }
 
+/// Held by the tests that run bodies: while the timeline's test is armed,
+/// every body in the process records itself, so another test's bodies
+/// (the machine probe's) would land in its slots.
+#[cfg(test)]
+pub(crate) fn bodies_exclusive() -> std::sync::MutexGuard<'static, ()> {
+    static BODIES: Mutex<()> = Mutex::new(());
+    BODIES.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -184,6 +193,7 @@ mod tests {
     /// line for each.
     #[test]
     fn an_armed_repetition_records_every_body() {
+        let _alone = bodies_exclusive();
         init(1_000);
         arm(100);
         let spin = |i: u64| {

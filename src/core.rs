@@ -15,13 +15,13 @@ use crate::diagnose::{print_report, Diagnosis, HangHandler};
 use crate::dispatch::Dispatcher;
 use crate::error::{EngineError, OpError};
 use crate::executor::Executor;
-use crate::opr::{Body, Dep, OprBlock, OprKind, READ, WRITE};
+use crate::opr::{Body, Dep, OprBlock, OprKind, LOOK_AT_EACH_VAR, READ, WRITE};
 use crate::pool::{Pool, SharedTakeCache, ThreadCaches, NIL};
 use crate::profiler::Profiler;
 use crate::pusher_runs::PusherRuns;
 use crate::stats::Stats;
 use crate::sweep::{SweepCache, SWEEP_ROUND};
-use crate::sync::{AtomicBool, Ordering, UnsafeCell};
+use crate::sync::{AtomicBool, AtomicU64, Ordering, UnsafeCell};
 use crate::var::{Var, VarSlot, DELETE_DISPATCHED, DELETE_REQUESTED};
 use crate::var_queue::VarBlock;
 use crate::wait::{FirstError, Helper, PendingCounter, WaitSlot};
@@ -108,6 +108,12 @@ pub(crate) struct Core {
     /// a failure, and a run need not look at the variables it reads
     /// (`Core::skip_failure`).
     pub(crate) failures_held: AtomicBool,
+    /// Deletions dispatched so far (written only by the combiner, after it
+    /// marks the variable `DELETE_DISPATCHED`). A push notes it before it
+    /// checks its variables (`Meta::deletions_seen`); its dispatch finds it
+    /// unchanged in the common case and then knows every variable is still
+    /// live without looking at each one again ([`Core::dispatch`]).
+    deletions_dispatched: AtomicU64,
     pub(crate) stats: Stats,
     pub(crate) profiler: Profiler,
     /// Hang diagnosis, when on (`diagnose.rs`).
@@ -171,6 +177,7 @@ impl Core {
             shutting_down: AtomicBool::new(false),
             cancelling: AtomicBool::new(false),
             failures_held: AtomicBool::new(false),
+            deletions_dispatched: AtomicU64::new(0),
             stats: Stats::new(workers),
             profiler: Profiler::new(workers, b.profile_events),
             diagnosis,
@@ -270,6 +277,14 @@ impl Core {
         let block = self.oprs.get(op);
         #[cfg(debug_assertions)]
         block.transition(op, crate::opr::phase::FREE, crate::opr::phase::FILLED);
+        // Noted before the variables are checked: if the count is the same
+        // at dispatch, no deletion was dispatched since the checks passed
+        // (`Meta::deletions_seen`). A deletion's own variable is marked
+        // requested already and skips the check: its dispatch always looks.
+        let deletions_seen = match kind {
+            OprKind::DeleteVar => LOOK_AT_EACH_VAR,
+            _ => self.deletions_dispatched.load(Ordering::Acquire),
+        };
         // SAFETY: the block was just taken: the pusher owns it (phase 1).
         let filled = unsafe {
             block.deps.with_mut(|deps| {
@@ -316,6 +331,7 @@ impl Core {
             meta.opts = *opts;
             meta.kind = kind;
             meta.is_async = is_async;
+            meta.deletions_seen = deletions_seen;
             meta.rejected = None;
             // Off: one load and one branch. (`finish` leaves the field 0.)
             let session = self.profiler.session();
@@ -602,7 +618,13 @@ impl Core {
             let meta = block.meta_mut();
             meta.ticket = ticket;
             let deps = block.dep_slice();
-            let live = deps.iter().all(|d| self.vars.get(d.slot()).dispatchable(d.gen));
+            // The push checked every variable after it noted the count of
+            // dispatched deletions; each deletion's dispatch (combiner,
+            // so ordered before this one) marks its variable before it
+            // adds one. The same count here: none has been dispatched
+            // since, and the checks still hold. Otherwise look at each.
+            let live = self.deletions_dispatched.load(Ordering::Relaxed) == meta.deletions_seen
+                || deps.iter().all(|d| self.vars.get(d.slot()).dispatchable(d.gen));
             if !live || self.shutting_down.load(Ordering::Relaxed) {
                 // A variable's deletion, or the engine's closing, was
                 // linearized before this operation.
@@ -616,6 +638,9 @@ impl Core {
                 for d in deps {
                     self.vars.get(d.slot()).life.fetch_or(DELETE_DISPATCHED, Ordering::AcqRel);
                 }
+                // Only the combiner writes the count: no locked instruction.
+                let count = self.deletions_dispatched.load(Ordering::Relaxed);
+                self.deletions_dispatched.store(count + 1, Ordering::Release);
             }
             if self.diagnosis.is_some() {
                 self.diag_dispatched(block, meta, deps);

@@ -38,6 +38,11 @@ pub(crate) const READ: u8 = 1;
 /// one write dependency that also counts as read for failure propagation).
 pub(crate) const WRITE: u8 = 2;
 
+/// `Meta::deletions_seen` of an operation whose dispatch must check each
+/// variable (a deletion, whose variable skipped the push's check). The
+/// count of dispatched deletions never gets there.
+pub(crate) const LOOK_AT_EACH_VAR: u64 = u64::MAX;
+
 /// Bits of [`Dep::slot_mode`] that hold the slot index; the two above hold
 /// the mode. Variable slots stay below this (checked in `Core::new_var`).
 pub(crate) const SLOT_BITS: u32 = 30;
@@ -199,6 +204,10 @@ pub(crate) struct Meta {
     pub(crate) is_async: bool,
     /// Position in the linearization of all pushes (stamped by the dispatcher).
     pub(crate) ticket: u64,
+    /// The engine's count of dispatched deletions, noted by the push
+    /// before it checked the variables (`Core::dispatch` compares it);
+    /// [`LOOK_AT_EACH_VAR`] makes the dispatch check each variable.
+    pub(crate) deletions_seen: u64,
     /// The profiling session it was pushed in (0: not profiled).
     pub(crate) profile_session: u32,
     /// Set when the dispatcher rejected the operation (a variable was deleted

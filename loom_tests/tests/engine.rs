@@ -219,3 +219,39 @@ fn grants_racing_a_dispatch_run_each_operation_once_in_order() {
         assert_eq!(engine.var_version(b).unwrap(), 1);
     });
 }
+
+/// A push on another thread racing the deletion of its variable. Each
+/// outcome keeps the rule that nothing uses a variable after its deletion:
+/// the push fails at once (its check saw the deletion requested), or its
+/// operation is rejected at dispatch (the deletion was dispatched first),
+/// or it runs before the deletion's callback. The dispatch looks at the
+/// variables again only when a deletion was dispatched since the push
+/// checked them (`Core::dispatch`); this model has the interleavings
+/// where one was.
+#[test]
+fn a_push_racing_a_deletion_never_runs_after_it() {
+    loom::model(|| {
+        let engine = Arc::new(naive());
+        let v = engine.new_var();
+        let deleted = Arc::new(AtomicU64::new(0));
+        let (e, d) = (engine.clone(), deleted.clone());
+        let pusher = loom::thread::spawn(move || {
+            let write = move |_: &depengine::RunContext| {
+                assert_eq!(d.load(Ordering::Relaxed), 0, "ran after its variable's deletion");
+            };
+            match e.push_sync(write, &[], &[v]) {
+                Ok(()) | Err(EngineError::DeletedVar) => {}
+                Err(other) => panic!("the push failed with {other:?}"),
+            }
+        });
+        let d = deleted.clone();
+        engine.delete_var(v, move || d.store(1, Ordering::Relaxed)).unwrap();
+        pusher.join().unwrap();
+        match engine.wait_all() {
+            Ok(()) => {}
+            Err(EngineError::OpFailed(e)) => assert!(e.message().contains("uses a deleted variable"), "{e}"),
+            Err(other) => panic!("wait_all failed with {other:?}"),
+        }
+        assert_eq!(deleted.load(Ordering::Relaxed), 1, "the deletion's callback ran");
+    });
+}

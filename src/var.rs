@@ -7,6 +7,11 @@
 //! rejected), and the deletion's completion gives the slot back with the
 //! generation bumped, so any stale handle is recognised forever after.
 //!
+//! The dispatcher counts the deletions it has dispatched, after marking
+//! each. A push notes the count before it checks its variables; its
+//! dispatch finds it unchanged unless a deletion came in between, and only
+//! then looks at each variable's `life` again (`Core::dispatch`).
+//!
 //! # `life` word
 //!
 //! `generation << 32 | flags`, one atomic so that a reader sees the

@@ -140,6 +140,7 @@ mod pool;
 mod profile;
 mod profiler;
 mod pusher_runs;
+mod reservation;
 mod run;
 mod stats;
 mod sweep;

@@ -17,6 +17,18 @@
 //! that the slot of index `i` is `origins[segment] + i`, with no offset to
 //! compute (a look-up is on every step of an operation's life).
 //!
+//! The first segments, up to [`FLAT_BYTES`] of slots, lie back to back in
+//! one address-space [`Reservation`] taken when the pool is built and
+//! committed a segment at a time as the pool grows (`reservation.rs`).
+//! Their origins are all the reservation's base, so the slot of an index
+//! below `flat_len` is that base plus the index: a compare with a field
+//! instead of a shift, an `ilog2` and a load that depends on them, ahead of
+//! every block's first load (PERF.md, "eighteenth session": 0.93–0.98 of
+//! the W = 0 times on the rows with variables). Indices past them, a pool
+//! whose reservation the kernel refused, and loom builds use the heap
+//! segments alone; a flat segment is claimed (its `segments` word, null to
+//! its address) before it is filled, as a heap one is installed.
+//!
 //! # The free list
 //!
 //! A Treiber stack threaded through a link word that each pooled type
@@ -77,6 +89,7 @@
 //! `give` publishes with `Release` and `take` acquires, so everything the last
 //! owner wrote happens-before everything the next owner does.
 
+use crate::reservation::Reservation;
 use crate::sweep::SweepSet;
 use crate::sync::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering, UnsafeCell};
 use crossbeam_utils::CachePadded;
@@ -188,6 +201,15 @@ pub(crate) struct Pool<T> {
     swept: SweepSet,
     /// Pool size below which a sweep takes fresh indices instead (`sweep.rs`).
     sweep_from: u32,
+    /// Where segments `0..flat_segments` lie back to back (no reservation
+    /// under loom, or where the kernel refused one: every segment is then
+    /// a heap allocation of its own).
+    flat: Option<Reservation>,
+    /// `flat`'s base as slots: every flat segment's origin. Null without one.
+    flat_origin: *mut Slot<T>,
+    /// The indices of the flat segments, `0..flat_len` (0 without them).
+    flat_len: u32,
+    flat_segments: usize,
 }
 
 // SAFETY: the pool hands out shared references to `T` on any thread, so `T`
@@ -213,9 +235,35 @@ pub(crate) fn segment_len(seg: usize) -> usize {
     (SEGMENT_BASE as usize) << seg
 }
 
+/// The address space a pool reserves for its flat segments, at most:
+/// about a million operation blocks or variables, far past what an engine
+/// holds at its default pending cap, while an engine's five pools take
+/// 1.25 GiB of the 128 TiB of address space a 64-bit process has.
+const FLAT_BYTES: usize = 256 << 20;
+
 impl<T: Pooled> Pool<T> {
     pub(crate) fn new() -> Self {
+        Self::with_flat_bytes(FLAT_BYTES)
+    }
+
+    /// A pool whose first segments lie back to back in a reservation of at
+    /// most `flat_bytes` (the most whole segments that fit; none under
+    /// loom, whose models explore the heap segments' race).
+    fn with_flat_bytes(flat_bytes: usize) -> Self {
+        let slot = std::mem::size_of::<Slot<T>>().max(1);
+        let fit = (0..=SEGMENTS).take_while(|&k| segment_start(k) as usize * slot <= flat_bytes).last();
+        let flat_segments = if cfg!(depengine_loom) { 0 } else { fit.unwrap_or(0) };
+        let flat =
+            if flat_segments > 0 { Reservation::new(segment_start(flat_segments) as usize * slot) } else { None };
+        let (flat_origin, flat_len, flat_segments) = match &flat {
+            Some(r) => (r.base().cast::<Slot<T>>(), segment_start(flat_segments), flat_segments),
+            None => (ptr::null_mut(), 0, 0),
+        };
         Pool {
+            flat,
+            flat_origin,
+            flat_len,
+            flat_segments,
             free: CachePadded::new(AtomicU64::new(NIL as u64)),
             fresh: CachePadded::new(AtomicU32::new(0)),
             segments: std::array::from_fn(|_| AtomicPtr::new(ptr::null_mut())),
@@ -331,6 +379,9 @@ impl<T: Pooled> Pool<T> {
         if !self.origins[seg].load(Ordering::Acquire).is_null() {
             return;
         }
+        if seg < self.flat_segments {
+            return self.ensure_flat_segment(seg);
+        }
         let slots: Box<[Slot<T>]> = (0..segment_len(seg))
             .map(|_| Slot {
                 #[cfg(debug_assertions)]
@@ -353,6 +404,36 @@ impl<T: Pooled> Pool<T> {
         drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(fresh, segment_len(seg))) });
         // Another taker allocated the segment: its origin follows at once
         // (no allocation in between), and our index needs it.
+        while self.origins[seg].load(Ordering::Acquire).is_null() {
+            crate::sync::spin_hint();
+        }
+    }
+
+    /// [`ensure_segment`](Self::ensure_segment) for a segment in the
+    /// reservation: the first thread to claim it (`segments[seg]`, null to
+    /// its address) commits and fills it, then publishes the origin.
+    #[cold]
+    fn ensure_flat_segment(&self, seg: usize) {
+        let start = self.flat_origin.wrapping_add(segment_start(seg) as usize);
+        if self.segments[seg].compare_exchange(ptr::null_mut(), start, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+            let slot = std::mem::size_of::<Slot<T>>();
+            let reservation = self.flat.as_ref().expect("flat segments lie in a reservation");
+            reservation.commit(segment_start(seg) as usize * slot, segment_len(seg) * slot);
+            for i in 0..segment_len(seg) {
+                let value = Slot {
+                    #[cfg(debug_assertions)]
+                    owned: std::sync::atomic::AtomicBool::new(false),
+                    value: T::default(),
+                };
+                // SAFETY: slot `i` of segment `seg` lies inside the
+                // reservation (`seg < flat_segments`), in pages just
+                // committed; the claim above makes this thread the only one
+                // to touch them until the origin is published below.
+                unsafe { start.add(i).write(value) };
+            }
+            self.origins[seg].store(self.flat_origin, Ordering::Release);
+            return;
+        }
         while self.origins[seg].load(Ordering::Acquire).is_null() {
             crate::sync::spin_hint();
         }
@@ -445,6 +526,14 @@ impl<T: Pooled> Pool<T> {
 
     #[inline(always)]
     fn slot(&self, index: u32) -> &Slot<T> {
+        if index < self.flat_len {
+            // SAFETY: `take` ensured `index`'s segment before handing it
+            // out, and a flat segment is ensured only once its slots are
+            // written, in the reservation at `flat_origin + index`
+            // (`ensure_flat_segment`); the reservation lives as long as
+            // `self`.
+            return unsafe { &*self.flat_origin.add(index as usize) };
+        }
         let seg = segment_of(index);
         debug_assert!(seg < SEGMENTS, "index {index} outside every segment");
         // SAFETY: `index` was handed out by `take`, which asserted that its
@@ -749,7 +838,14 @@ impl<T> Drop for Pool<T> {
     fn drop(&mut self) {
         for (seg, ptr) in self.segments.iter().enumerate() {
             let p = ptr.load(Ordering::Acquire);
-            if !p.is_null() {
+            if !p.is_null() && seg < self.flat_segments {
+                // SAFETY: a flat segment's pointer is set only by the thread
+                // that then fills all of its `segment_len(seg)` slots
+                // (`ensure_flat_segment`), and `&mut self` proves that
+                // finished and that nothing borrows them; the reservation
+                // is unmapped only after this loop (field drop).
+                unsafe { ptr::drop_in_place(ptr::slice_from_raw_parts_mut(p, segment_len(seg))) };
+            } else if !p.is_null() {
                 // SAFETY: every non-null segment pointer came from
                 // `Box::into_raw` of a slice of `segment_len(seg)` slots, and
                 // `&mut self` proves no reference into it is alive.
@@ -778,42 +874,79 @@ mod tests {
         }
     }
 
+    /// The layouts every pool test runs on: all segments on the heap (a
+    /// refused reservation), a few flat ones then the heap, and the
+    /// default.
+    fn layouts() -> [Pool<Tagged>; 3] {
+        [Pool::with_flat_bytes(0), Pool::with_flat_bytes(8 << 10), Pool::new()]
+    }
+
+    #[test]
+    fn layouts_differ_as_intended() {
+        let [heap, few, default] = layouts();
+        assert_eq!((heap.flat_segments, heap.flat_len), (0, 0));
+        assert!(heap.flat.is_none());
+        assert!((1..5).contains(&few.flat_segments), "{}", few.flat_segments);
+        assert_eq!(few.flat_len, segment_start(few.flat_segments));
+        assert!(default.flat_len > 1 << 16, "{}", default.flat_len);
+    }
+
+    /// Indices across the last flat segment and the heap ones after it
+    /// address distinct slots that keep what was written.
+    #[test]
+    fn flat_and_heap_segments_meet_without_overlap() {
+        for pool in layouts() {
+            let n = pool.flat_len.clamp(1000, 20_000);
+            let taken: Vec<u32> = (0..n + 500).map(|_| pool.take()).collect();
+            for &i in &taken {
+                pool.get(i).tag.store(i ^ 0x5555, Ordering::Relaxed);
+            }
+            for &i in &taken {
+                assert_eq!(pool.get(i).tag.load(Ordering::Relaxed), i ^ 0x5555, "index {i}");
+            }
+            let addresses: HashSet<usize> = taken.iter().map(|&i| ptr::from_ref(pool.get(i)) as usize).collect();
+            assert_eq!(addresses.len(), taken.len());
+        }
+    }
+
     #[test]
     fn take_give_reuses_and_never_duplicates() {
-        let pool: Pool<Tagged> = Pool::new();
-        let a: Vec<u32> = (0..1000).map(|_| pool.take()).collect();
-        assert_eq!(a.iter().collect::<HashSet<_>>().len(), 1000);
-        assert_eq!(pool.live(), 1000);
-        for &i in &a[..500] {
-            pool.give(i);
+        for pool in layouts() {
+            let a: Vec<u32> = (0..1000).map(|_| pool.take()).collect();
+            assert_eq!(a.iter().collect::<HashSet<_>>().len(), 1000);
+            assert_eq!(pool.live(), 1000);
+            for &i in &a[..500] {
+                pool.give(i);
+            }
+            assert_eq!(pool.live(), 500);
+            let b: Vec<u32> = (0..500).map(|_| pool.take()).collect();
+            assert_eq!(pool.capacity_used(), 1000, "freed indices are reused before fresh ones");
+            let all: HashSet<u32> = a[500..].iter().chain(&b).copied().collect();
+            assert_eq!(all.len(), 1000);
         }
-        assert_eq!(pool.live(), 500);
-        let b: Vec<u32> = (0..500).map(|_| pool.take()).collect();
-        assert_eq!(pool.capacity_used(), 1000, "freed indices are reused before fresh ones");
-        let all: HashSet<u32> = a[500..].iter().chain(&b).copied().collect();
-        assert_eq!(all.len(), 1000);
     }
 
     #[test]
     fn stress_cross_thread_take_give() {
-        let pool: Pool<Tagged> = Pool::new();
-        std::thread::scope(|s| {
-            for t in 0..4u32 {
-                let pool = &pool;
-                s.spawn(move || {
-                    for round in 0..20_000u32 {
-                        let i = pool.take();
-                        let tag = (t << 24) | (round & 0xFF_FFFF);
-                        // Exclusive ownership: nobody else may touch it meanwhile.
-                        pool.get(i).tag.store(tag, Ordering::Relaxed);
-                        std::hint::spin_loop();
-                        assert_eq!(pool.get(i).tag.load(Ordering::Relaxed), tag, "index {i} handed out twice");
-                        pool.give(i);
-                    }
-                });
-            }
-        });
-        assert_eq!(pool.live(), 0);
+        for pool in layouts() {
+            std::thread::scope(|s| {
+                for t in 0..4u32 {
+                    let pool = &pool;
+                    s.spawn(move || {
+                        for round in 0..20_000u32 {
+                            let i = pool.take();
+                            let tag = (t << 24) | (round & 0xFF_FFFF);
+                            // Exclusive ownership: nobody else may touch it meanwhile.
+                            pool.get(i).tag.store(tag, Ordering::Relaxed);
+                            std::hint::spin_loop();
+                            assert_eq!(pool.get(i).tag.load(Ordering::Relaxed), tag, "index {i} handed out twice");
+                            pool.give(i);
+                        }
+                    });
+                }
+            });
+            assert_eq!(pool.live(), 0);
+        }
     }
 
     /// Threads taking fresh indices from a new pool at once race to
@@ -825,33 +958,34 @@ mod tests {
     fn concurrent_takes_across_fresh_segments() {
         const THREADS: u32 = 4;
         const EACH: u32 = 2_000; // segments 0..=6 at base 64
-        let pool: Pool<Tagged> = Pool::new();
-        let taken: Vec<Vec<u32>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..THREADS)
-                .map(|t| {
-                    let pool = &pool;
-                    s.spawn(move || {
-                        (0..EACH)
-                            .map(|k| {
-                                let i = pool.take();
-                                pool.get(i).tag.store(t << 16 | k, Ordering::Relaxed);
-                                i
-                            })
-                            .collect::<Vec<u32>>()
+        for pool in layouts() {
+            let taken: Vec<Vec<u32>> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..THREADS)
+                    .map(|t| {
+                        let pool = &pool;
+                        s.spawn(move || {
+                            (0..EACH)
+                                .map(|k| {
+                                    let i = pool.take();
+                                    pool.get(i).tag.store(t << 16 | k, Ordering::Relaxed);
+                                    i
+                                })
+                                .collect::<Vec<u32>>()
+                        })
                     })
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        let mut all = HashSet::new();
-        for (t, indices) in taken.iter().enumerate() {
-            for (k, &i) in indices.iter().enumerate() {
-                assert!(all.insert(i), "index {i} handed out twice");
-                assert_eq!(pool.get(i).tag.load(Ordering::Relaxed), (t as u32) << 16 | k as u32, "index {i}");
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            let mut all = HashSet::new();
+            for (t, indices) in taken.iter().enumerate() {
+                for (k, &i) in indices.iter().enumerate() {
+                    assert!(all.insert(i), "index {i} handed out twice");
+                    assert_eq!(pool.get(i).tag.load(Ordering::Relaxed), (t as u32) << 16 | k as u32, "index {i}");
+                }
             }
+            assert_eq!(pool.capacity_used(), (THREADS * EACH) as usize);
+            assert_eq!(pool.live(), (THREADS * EACH) as usize);
         }
-        assert_eq!(pool.capacity_used(), (THREADS * EACH) as usize);
-        assert_eq!(pool.live(), (THREADS * EACH) as usize);
     }
 
     #[test]

@@ -248,11 +248,14 @@ impl<T: Pooled> Pool<T> {
 
     /// A pool whose first segments lie back to back in a reservation of at
     /// most `flat_bytes` (the most whole segments that fit; none under
-    /// loom, whose models explore the heap segments' race).
+    /// loom, whose models explore the heap segments' race, nor on 32-bit
+    /// targets).
     fn with_flat_bytes(flat_bytes: usize) -> Self {
         let slot = std::mem::size_of::<Slot<T>>().max(1);
         let fit = (0..=SEGMENTS).take_while(|&k| segment_start(k) as usize * slot <= flat_bytes).last();
-        let flat_segments = if cfg!(depengine_loom) { 0 } else { fit.unwrap_or(0) };
+        // A 32-bit process has too little address space to set aside.
+        let reserves = !cfg!(depengine_loom) && cfg!(target_pointer_width = "64");
+        let flat_segments = if reserves { fit.unwrap_or(0) } else { 0 };
         let flat =
             if flat_segments > 0 { Reservation::new(segment_start(flat_segments) as usize * slot) } else { None };
         let (flat_origin, flat_len, flat_segments) = match &flat {

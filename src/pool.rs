@@ -236,9 +236,10 @@ pub(crate) fn segment_len(seg: usize) -> usize {
 }
 
 /// The address space a pool reserves for its flat segments, at most:
-/// about a million operation blocks or variables, far past what an engine
-/// holds at its default pending cap, while an engine's five pools take
-/// 1.25 GiB of the 128 TiB of address space a 64-bit process has.
+/// half a million operation blocks (448 bytes each) or two million
+/// variables, far past what an engine holds at its default pending cap,
+/// while an engine's five pools take 1.25 GiB of the 128 TiB of address
+/// space a 64-bit process has.
 const FLAT_BYTES: usize = 256 << 20;
 
 impl<T: Pooled> Pool<T> {

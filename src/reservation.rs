@@ -72,8 +72,9 @@ impl Reservation {
 
     /// Makes `offset..offset + len` readable and writable (whole pages: the
     /// pages that overlap it). Pages committed before keep their contents;
-    /// new ones read as zero. Panics (as a failed heap allocation aborts)
-    /// if the kernel refuses, e.g. past the commit limit.
+    /// new ones read as zero. Where the kernel refuses (past the commit
+    /// limit), the process aborts, as it does when a heap allocation fails:
+    /// a pool half-way through growing a segment cannot unwind.
     pub(crate) fn commit(&self, offset: usize, len: usize) {
         assert!(offset.checked_add(len).is_some_and(|end| end <= self.len), "commit outside the reservation");
         let page = page_size();
@@ -85,12 +86,16 @@ impl Reservation {
         // pages stay as they were, the rest were inaccessible.
         let r =
             unsafe { libc::mprotect(self.base().add(start).cast(), end - start, libc::PROT_READ | libc::PROT_WRITE) };
-        assert!(
-            r == 0,
-            "depengine: cannot commit {} bytes of a pool's reservation: {}",
-            end - start,
-            std::io::Error::last_os_error()
-        );
+        if r != 0 {
+            eprintln!(
+                "depengine: cannot commit {} bytes of a pool's reservation: {}",
+                end - start,
+                std::io::Error::last_os_error()
+            );
+            std::alloc::handle_alloc_error(
+                std::alloc::Layout::from_size_align(end - start, page).unwrap_or(std::alloc::Layout::new::<u8>()),
+            );
+        }
     }
 }
 

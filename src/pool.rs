@@ -169,6 +169,15 @@ struct Slot<T> {
 }
 
 impl<T: Pooled> Slot<T> {
+    /// A slot of a segment just allocated: a default value, not handed out.
+    fn fresh() -> Self {
+        Slot {
+            #[cfg(debug_assertions)]
+            owned: std::sync::atomic::AtomicBool::new(false),
+            value: T::default(),
+        }
+    }
+
     #[inline(always)]
     fn next_free(&self) -> &AtomicU32 {
         self.value.free_link()
@@ -386,13 +395,7 @@ impl<T: Pooled> Pool<T> {
         if seg < self.flat_segments {
             return self.ensure_flat_segment(seg);
         }
-        let slots: Box<[Slot<T>]> = (0..segment_len(seg))
-            .map(|_| Slot {
-                #[cfg(debug_assertions)]
-                owned: std::sync::atomic::AtomicBool::new(false),
-                value: T::default(),
-            })
-            .collect();
+        let slots: Box<[Slot<T>]> = (0..segment_len(seg)).map(|_| Slot::fresh()).collect();
         let fresh = Box::into_raw(slots) as *mut Slot<T>;
         if self.segments[seg].compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire).is_ok() {
             let origin = fresh.wrapping_sub(segment_start(seg) as usize);
@@ -424,16 +427,11 @@ impl<T: Pooled> Pool<T> {
             let reservation = self.flat.as_ref().expect("flat segments lie in a reservation");
             reservation.commit(segment_start(seg) as usize * slot, segment_len(seg) * slot);
             for i in 0..segment_len(seg) {
-                let value = Slot {
-                    #[cfg(debug_assertions)]
-                    owned: std::sync::atomic::AtomicBool::new(false),
-                    value: T::default(),
-                };
                 // SAFETY: slot `i` of segment `seg` lies inside the
                 // reservation (`seg < flat_segments`), in pages just
                 // committed; the claim above makes this thread the only one
                 // to touch them until the origin is published below.
-                unsafe { start.add(i).write(value) };
+                unsafe { start.add(i).write(Slot::fresh()) };
             }
             self.origins[seg].store(self.flat_origin, Ordering::Release);
             return;

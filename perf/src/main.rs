@@ -823,11 +823,12 @@ fn json(m: &Measured, o: &Options, states: [Option<&MachineState>; 2]) -> String
             || "null".to_owned(),
             |m| {
                 format!(
-                    "{{\"round_trip_ns\": {}, \"written_line_read_ns\": {}, \"demoted_line_read_ns\": {}, \"written_line_independent_read_ns\": {}, \"body_ns\": {:.1}, \"two_threads_body_ns\": {:.1}}}",
+                    "{{\"round_trip_ns\": {}, \"written_line_read_ns\": {}, \"demoted_line_read_ns\": {}, \"written_line_independent_read_ns\": {}, \"handover_ns\": {}, \"body_ns\": {:.1}, \"two_threads_body_ns\": {:.1}}}",
                     m.round_trip_ns.map_or("null".to_owned(), |v| format!("{v:.1}")),
                     m.written_lines.map_or("null".to_owned(), |w| format!("{:.1}", w.chased)),
                     m.written_lines.map_or("null".to_owned(), |w| format!("{:.1}", w.demoted)),
                     m.written_lines.map_or("null".to_owned(), |w| format!("{:.1}", w.independent)),
+                    m.handover_ns.map_or("null".to_owned(), |v| format!("{v:.1}")),
                     m.body_ns,
                     m.two_threads_ns
                 )

@@ -1,7 +1,7 @@
 //! The machine's state at the time of a run, measured without any engine,
 //! so that a table can be read against what the hardware did meanwhile.
 //!
-//! Three figures, all cheap (well under a second together):
+//! Four figures, all cheap (well under a second together):
 //!
 //! - **The cache-line round trip** between the first two CPUs this
 //!   process may use: one thread pinned to each passes a counter back and
@@ -22,6 +22,14 @@
 //!   transfer with others. On the Intel host of 2026-11-27 that was 5 ns
 //!   a line against 78 for the chase, so there a handful of misses cost
 //!   what their longest chain of dependent loads costs, not their number.
+//! - **A thread hand-over on one CPU**: two threads pinned to the first
+//!   CPU this process may use pass a counter back and forth, each
+//!   yielding its CPU (`sched_yield`) until it is its turn; the time per
+//!   hand-over is a yield plus a switch between threads. A throttled
+//!   pusher that shares a CPU with a worker pays two of these for each
+//!   turn it takes there (1.1 µs each on the Zen 5 host, where a W=1000
+//!   body takes 1.5: PERF.md, "nineteenth session"), so it is what a
+//!   pusher's turn cannot be shorter than.
 //! - **The bare two-thread floor at W=1000**: the workload's own body
 //!   (`workloads::work`) run on one thread, then split over two threads
 //!   with no engine at all. Two engine workers cannot beat the second
@@ -47,6 +55,9 @@ pub(crate) struct MachineState {
     /// What lines another CPU has just written cost to read
     /// ([`written_line_read_ns`]; `None` with fewer than two CPUs).
     pub(crate) written_lines: Option<WrittenLines>,
+    /// ns per hand-over between two threads on one CPU
+    /// ([`handover_ns`]; `None` where the process cannot pin).
+    pub(crate) handover_ns: Option<f64>,
     /// One W=1000 body on one thread, ns (median of the tries).
     pub(crate) body_ns: f64,
     /// ns per body with the same bodies split over two threads.
@@ -114,6 +125,9 @@ impl std::fmt::Display for MachineState {
                 w.chased, w.demoted, w.independent
             )?;
         }
+        if let Some(ns) = self.handover_ns {
+            write!(f, "a thread hand-over on one CPU {ns:.0} ns; ")?;
+        }
         write!(
             f,
             "W=1000 bodies with no engine: {:.0} ns on one thread, {:.0} ns/body on two ({:.2} × half of one)",
@@ -130,7 +144,7 @@ impl std::fmt::Display for MachineState {
 
 /// Measures the machine's state now (see the module docs).
 pub(crate) fn probe() -> MachineState {
-    MachineState { written_lines: written_line_read_ns(), ..bodies(round_trip_ns()) }
+    MachineState { written_lines: written_line_read_ns(), handover_ns: handover_ns(), ..bodies(round_trip_ns()) }
 }
 
 /// The body figures alone (about a tenth of a second), with a round trip
@@ -140,6 +154,7 @@ pub(crate) fn bodies(round_trip_ns: Option<f64>) -> MachineState {
     MachineState {
         round_trip_ns,
         written_lines: None,
+        handover_ns: None,
         body_ns: one_thread_body_ns(),
         two_threads_ns: two_thread_body_ns(),
     }
@@ -265,6 +280,37 @@ pub(crate) fn written_line_read_ns() -> Option<WrittenLines> {
     Some(WrittenLines { chased: read(false, true), demoted: read(true, true), independent: read(false, false) })
 }
 
+/// Hand-overs per try of the hand-over figure.
+const HANDOVERS: u64 = 10_000;
+
+/// The median over [`TRIES`] of the ns per hand-over between two threads
+/// pinned to the first CPU this process may use, each yielding until the
+/// shared counter says it is its turn. `None` where the process cannot
+/// pin (no affinity mask to read).
+pub(crate) fn handover_ns() -> Option<f64> {
+    let cpu = *core_affinity::get_core_ids()?.first()?;
+    Some(median_of_tries(|| {
+        // Even values: the first thread's turn; odd ones: the second's.
+        let turn = AtomicU64::new(0);
+        let pass = |side: u64| {
+            core_affinity::set_for_current(cpu);
+            for i in 0..HANDOVERS {
+                while turn.load(Ordering::Acquire) != 2 * i + side {
+                    std::thread::yield_now();
+                }
+                turn.store(2 * i + side + 1, Ordering::Release);
+            }
+        };
+        // Both sides on threads of their own: the caller's affinity stays.
+        let start = Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(|| pass(1));
+            s.spawn(|| pass(0));
+        });
+        start.elapsed().as_nanos() as f64 / (2 * HANDOVERS) as f64
+    }))
+}
+
 /// Sends `line` from this core's caches to the shared one (`cldemote`;
 /// nothing off x86-64, a no-op on CPUs without the instruction).
 fn demote_line(line: &Line) {
@@ -331,12 +377,24 @@ mod tests {
         let state = |round_trip_ns, two_threads_ns| MachineState {
             round_trip_ns,
             written_lines: None,
+            handover_ns: None,
             body_ns: 1_500.0,
             two_threads_ns,
         };
         assert!(!state(Some(120.0), 760.0).to_string().contains("no floor"));
         assert!(state(Some(120.0), 981.0).to_string().contains("no floor"));
         assert!(!state(None, 1_500.0).to_string().contains("no floor"), "one CPU: twice half of one is expected");
+    }
+
+    /// The hand-over probe pins only threads of its own: the caller may
+    /// still use every CPU it could before (a probe that pinned it would
+    /// leave the rest of a run, engines included, on one CPU).
+    #[test]
+    fn the_hand_over_probe_leaves_the_callers_cpus() {
+        let before = core_affinity::get_core_ids();
+        assert!(handover_ns().is_some() || before.is_none());
+        let after = core_affinity::get_core_ids();
+        assert_eq!(before.map(|c| c.len()), after.map(|c| c.len()));
     }
 
     /// The figures are positive and finite, and the round trip exists
@@ -354,6 +412,11 @@ mod tests {
         let cpus = core_affinity::get_core_ids().map_or(0, |c| c.len());
         assert_eq!(state.round_trip_ns.is_some(), cpus >= 2, "{state}");
         assert_eq!(state.written_lines.is_some(), cpus >= 2, "{state}");
+        assert_eq!(state.handover_ns.is_some(), cpus >= 1, "{state}");
+        if let Some(ns) = state.handover_ns {
+            // A yield and a switch are system calls' work: far over a ns.
+            assert!(ns > 10.0 && ns.is_finite(), "{state}");
+        }
         if let Some(rt) = state.round_trip_ns {
             assert!(rt > 1.0 && rt.is_finite(), "{state}");
         }

@@ -178,7 +178,13 @@ mod tests {
     }
 
     fn state(two_threads_ns: f64) -> MachineState {
-        MachineState { round_trip_ns: Some(120.0), written_lines: None, body_ns: 1_500.0, two_threads_ns }
+        MachineState {
+            round_trip_ns: Some(120.0),
+            written_lines: None,
+            handover_ns: None,
+            body_ns: 1_500.0,
+            two_threads_ns,
+        }
     }
 
     /// The ratios come from the right rows, and the floor skips a probe
@@ -251,7 +257,13 @@ mod tests {
     fn one_cpu_reads_the_engines_own_work() {
         let mut random = row("per_device", "random", 1000, 1_582.0);
         random.floor_rounds = vec![FloorRound { over: 1.13, round_trips: None }];
-        let lone = MachineState { round_trip_ns: None, written_lines: None, body_ns: 1_401.0, two_threads_ns: 1_411.0 };
+        let lone = MachineState {
+            round_trip_ns: None,
+            written_lines: None,
+            handover_ns: None,
+            body_ns: 1_401.0,
+            two_threads_ns: 1_411.0,
+        };
         let text = markdown(&[random], [Some(&lone), None], &[]);
         assert!(text.contains(&format!("over {ONE_CPU_FLOOR} taken around each round")), "{text}");
         assert!(text.contains("is for two CPUs and more"), "{text}");

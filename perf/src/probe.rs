@@ -391,6 +391,9 @@ mod tests {
     /// leave the rest of a run, engines included, on one CPU).
     #[test]
     fn the_hand_over_probe_leaves_the_callers_cpus() {
+        // Not beside the whole probe's pinned spinners, which would take
+        // a slice of the CPU at every yield.
+        let _alone = crate::timeline::bodies_exclusive();
         let before = core_affinity::get_core_ids();
         assert!(handover_ns().is_some() || before.is_none());
         let after = core_affinity::get_core_ids();

@@ -175,9 +175,11 @@ pub(crate) fn write(dir: &Path, name: &str, ops: usize) {
     }
 }
 
-/// Held by the tests that run bodies: while the timeline's test is armed,
-/// every body in the process records itself, so another test's bodies
-/// (the machine probe's) would land in its slots.
+/// Held by the tests that run bodies or pin threads: while the timeline's
+/// test is armed, every body in the process records itself, so another
+/// test's bodies (the machine probe's) would land in its slots; and the
+/// hand-over probe's yields would hand its CPU to the probe's pinned
+/// spinners.
 #[cfg(test)]
 pub(crate) fn bodies_exclusive() -> std::sync::MutexGuard<'static, ()> {
     static BODIES: Mutex<()> = Mutex::new(());

@@ -409,8 +409,13 @@ impl<T: Pooled> Pool<T> {
         // SAFETY: `fresh` came from `Box::into_raw` of a slice of this
         // length just above and was never published.
         drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(fresh, segment_len(seg))) });
-        // Another taker allocated the segment: its origin follows at once
-        // (no allocation in between), and our index needs it.
+        self.wait_for_origin(seg);
+    }
+
+    /// Another taker claimed segment `seg`: its origin follows at once (a
+    /// heap segment is allocated before its claim, a flat one only filled
+    /// after it), and the caller's index needs it.
+    fn wait_for_origin(&self, seg: usize) {
         while self.origins[seg].load(Ordering::Acquire).is_null() {
             crate::sync::spin_hint();
         }
@@ -436,9 +441,7 @@ impl<T: Pooled> Pool<T> {
             self.origins[seg].store(self.flat_origin, Ordering::Release);
             return;
         }
-        while self.origins[seg].load(Ordering::Acquire).is_null() {
-            crate::sync::spin_hint();
-        }
+        self.wait_for_origin(seg);
     }
 
     /// Detaches the whole free list with one CAS and returns its first index
@@ -840,18 +843,22 @@ impl<T> Drop for Pool<T> {
     fn drop(&mut self) {
         for (seg, ptr) in self.segments.iter().enumerate() {
             let p = ptr.load(Ordering::Acquire);
-            if !p.is_null() && seg < self.flat_segments {
+            if p.is_null() {
+                continue;
+            }
+            let slots = ptr::slice_from_raw_parts_mut(p, segment_len(seg));
+            if seg < self.flat_segments {
                 // SAFETY: a flat segment's pointer is set only by the thread
                 // that then fills all of its `segment_len(seg)` slots
                 // (`ensure_flat_segment`), and `&mut self` proves that
                 // finished and that nothing borrows them; the reservation
                 // is unmapped only after this loop (field drop).
-                unsafe { ptr::drop_in_place(ptr::slice_from_raw_parts_mut(p, segment_len(seg))) };
-            } else if !p.is_null() {
-                // SAFETY: every non-null segment pointer came from
+                unsafe { ptr::drop_in_place(slots) };
+            } else {
+                // SAFETY: every other non-null segment pointer came from
                 // `Box::into_raw` of a slice of `segment_len(seg)` slots, and
                 // `&mut self` proves no reference into it is alive.
-                drop(unsafe { Box::from_raw(ptr::slice_from_raw_parts_mut(p, segment_len(seg))) });
+                drop(unsafe { Box::from_raw(slots) });
             }
         }
     }

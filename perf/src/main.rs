@@ -59,10 +59,11 @@
 //!
 //! Every run probes the machine's state with no engine (`probe.rs`): before
 //! and after the rows, the cache-line round trip before and after each
-//! round of each row, and, for a W=1000 row, the body figures before and
-//! after our engines' turn in each round, whose floor that round's ratios
-//! are taken against (issue 3's W=1000 target, `targets.rs`); the figures
-//! are printed and written with the tables.
+//! round of each row, and, for a row with W > 0, the body figures at that
+//! W before and after our engines' turn in each round, whose floor that
+//! round's ratios are taken against (issue 3's W=1000 target,
+//! `targets.rs`, reads the W=1000 rows); the figures are printed and
+//! written with the tables.
 
 mod chart;
 mod measure;
@@ -518,9 +519,9 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
     // The round trips just before and just after our engines' turn in each
     // round whose floor was taken.
     let mut our_round_trips = Vec::new();
-    // The probe's bodies are W=1000 ones: only those rows compare with them.
-    let floor_now =
-        |rt: Option<f64>| (w == probe::WEIGHT && wl.is_some() && !o.no_probe).then(|| probe::bodies(rt).floor_ns());
+    // Each round's floor is taken at the row's own W (none for W=0, whose
+    // bodies are empty).
+    let floor_now = |rt: Option<f64>| (w > 0 && wl.is_some() && !o.no_probe).then(|| probe::bodies(rt, w).floor_ns());
     for round in 0..o.pairs {
         let rt_before = row_round_trip(o);
         let floor_before = floor_now(rt_before);

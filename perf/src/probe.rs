@@ -38,8 +38,10 @@
 //!   second figure more than 10 % over that ideal is flagged as no floor:
 //!   the host slowed, or something else took a CPU, while it was taken.
 //!   `depengine-perf` also takes these two figures alone ([`bodies`])
-//!   around each round of a W=1000 row, so that the row's rounds are
-//!   compared with floors of the same minutes.
+//!   around each round of every row with W > 0, at that row's W, so that
+//!   the row's rounds are compared with floors of the same minutes and
+//!   the same body (issue 3's target reads the W=1000 rows; another W
+//!   shows how the engine's share moves with the body's length).
 
 use crate::measure::median;
 use crate::workloads::{work, SplitMix};
@@ -58,7 +60,10 @@ pub(crate) struct MachineState {
     /// ns per hand-over between two threads on one CPU
     /// ([`handover_ns`]; `None` where the process cannot pin).
     pub(crate) handover_ns: Option<f64>,
-    /// One W=1000 body on one thread, ns (median of the tries).
+    /// The body weight `W` of the body figures below ([`WEIGHT`] but
+    /// for the floors taken around a row of another W).
+    pub(crate) weight: u32,
+    /// One body of that weight on one thread, ns (median of the tries).
     pub(crate) body_ns: f64,
     /// ns per body with the same bodies split over two threads.
     pub(crate) two_threads_ns: f64,
@@ -130,13 +135,18 @@ impl std::fmt::Display for MachineState {
         }
         write!(
             f,
-            "W=1000 bodies with no engine: {:.0} ns on one thread, {:.0} ns/body on two ({:.2} × half of one)",
+            "W={} bodies with no engine: {:.0} ns on one thread, {:.0} ns/body on two ({:.2} × half of one)",
+            self.weight,
             self.body_ns,
             self.two_threads_ns,
             self.two_thread_excess()
         )?;
         if self.two_threads_unreliable() {
-            write!(f, " (over {SIDE_BY_SIDE_EXCESS:.2}: the two threads did not run side by side throughout, so this figure is no floor for the W=1000 rows)")?;
+            write!(
+                f,
+                " (over {SIDE_BY_SIDE_EXCESS:.2}: the two threads did not run side by side throughout, so this figure is no floor for the W={} rows)",
+                self.weight
+            )?;
         }
         Ok(())
     }
@@ -144,19 +154,25 @@ impl std::fmt::Display for MachineState {
 
 /// Measures the machine's state now (see the module docs).
 pub(crate) fn probe() -> MachineState {
-    MachineState { written_lines: written_line_read_ns(), handover_ns: handover_ns(), ..bodies(round_trip_ns()) }
+    MachineState {
+        written_lines: written_line_read_ns(),
+        handover_ns: handover_ns(),
+        ..bodies(round_trip_ns(), WEIGHT)
+    }
 }
 
-/// The body figures alone (about a tenth of a second), with a round trip
-/// taken beside them (`None`: fewer than two CPUs): what `depengine-perf`
-/// takes around each round of a W=1000 row, for that round's floor.
-pub(crate) fn bodies(round_trip_ns: Option<f64>) -> MachineState {
+/// The body figures alone at body weight `weight` (about a tenth of a
+/// second at W=1000), with a round trip taken beside them (`None`: fewer
+/// than two CPUs): what `depengine-perf` takes around each round of a row
+/// with W > 0, at its W, for that round's floor.
+pub(crate) fn bodies(round_trip_ns: Option<f64>, weight: u32) -> MachineState {
     MachineState {
         round_trip_ns,
         written_lines: None,
         handover_ns: None,
-        body_ns: one_thread_body_ns(),
-        two_threads_ns: two_thread_body_ns(),
+        weight,
+        body_ns: one_thread_body_ns(weight),
+        two_threads_ns: two_thread_body_ns(weight),
     }
 }
 
@@ -170,7 +186,7 @@ const TRIES: usize = 5;
 const SPINS_BEFORE_YIELD: u32 = 100_000;
 /// Bodies per try of the body figures.
 const BODIES: u64 = 10_000;
-/// The body weight of the body figures.
+/// The body weight of the machine probe's body figures.
 pub(crate) const WEIGHT: u32 = 1000;
 
 /// The median over [`TRIES`] of the mean round trip of one line between
@@ -344,23 +360,24 @@ fn wait_for(word: &AtomicU64, value: u64) {
     }
 }
 
-/// ns per W=1000 body on the calling thread.
-fn one_thread_body_ns() -> f64 {
+/// ns per body of weight `weight` on the calling thread.
+fn one_thread_body_ns(weight: u32) -> f64 {
     median_of_tries(|| {
         let start = Instant::now();
-        (0..BODIES).for_each(|i| work(i, WEIGHT));
+        (0..BODIES).for_each(|i| work(i, weight));
         start.elapsed().as_nanos() as f64 / BODIES as f64
     })
 }
 
-/// ns per W=1000 body with [`BODIES`] split over two unpinned threads,
-/// measured from before the first is started to after both have ended.
-fn two_thread_body_ns() -> f64 {
+/// ns per body of weight `weight` with [`BODIES`] split over two
+/// unpinned threads, measured from before the first is started to after
+/// both have ended.
+fn two_thread_body_ns(weight: u32) -> f64 {
     median_of_tries(|| {
         let start = Instant::now();
         std::thread::scope(|s| {
-            s.spawn(|| (0..BODIES / 2).for_each(|i| work(i, WEIGHT)));
-            (BODIES / 2..BODIES).for_each(|i| work(i, WEIGHT));
+            s.spawn(|| (0..BODIES / 2).for_each(|i| work(i, weight)));
+            (BODIES / 2..BODIES).for_each(|i| work(i, weight));
         });
         start.elapsed().as_nanos() as f64 / BODIES as f64
     })
@@ -378,12 +395,27 @@ mod tests {
             round_trip_ns,
             written_lines: None,
             handover_ns: None,
+            weight: WEIGHT,
             body_ns: 1_500.0,
             two_threads_ns,
         };
         assert!(!state(Some(120.0), 760.0).to_string().contains("no floor"));
         assert!(state(Some(120.0), 981.0).to_string().contains("no floor"));
         assert!(!state(None, 1_500.0).to_string().contains("no floor"), "one CPU: twice half of one is expected");
+    }
+
+    /// The floor around a row of another W is taken with bodies of that
+    /// W and says so: one taken with W=1000 bodies would read a W=1333
+    /// row a third slower than it is. Sixteen times the steps take well
+    /// over four times as long (the margin covers a drift of the host's
+    /// speed between the two and the per-body overhead of a debug build).
+    #[test]
+    fn the_floor_is_taken_at_the_rows_weight() {
+        let _alone = crate::timeline::bodies_exclusive();
+        let (light, heavy) = (bodies(None, 50), bodies(None, 800));
+        assert_eq!((light.weight, heavy.weight), (50, 800));
+        assert!(heavy.to_string().contains("W=800 bodies with no engine"), "{heavy}");
+        assert!(heavy.body_ns > 4.0 * light.body_ns, "{light} / {heavy}");
     }
 
     /// The hand-over probe pins only threads of its own: the caller may

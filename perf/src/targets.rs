@@ -182,6 +182,7 @@ mod tests {
             round_trip_ns: Some(120.0),
             written_lines: None,
             handover_ns: None,
+            weight: crate::probe::WEIGHT,
             body_ns: 1_500.0,
             two_threads_ns,
         }
@@ -261,6 +262,7 @@ mod tests {
             round_trip_ns: None,
             written_lines: None,
             handover_ns: None,
+            weight: crate::probe::WEIGHT,
             body_ns: 1_401.0,
             two_threads_ns: 1_411.0,
         };

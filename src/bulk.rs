@@ -18,8 +18,14 @@
 //! engine's pool and given back when the fused operation ends, so bulking
 //! allocates nothing once the buffers have grown to the bulk size.
 //!
+//! Bulk sizes are per thread *and per engine*: setting one engine's size
+//! leaves this thread's pushes to every other engine unbulked. A thread has
+//! one open bulk at a time; a push to another engine pushes it first.
+//!
 //! A thread must flush before it exits (any wait does): a bulk still open
 //! when its thread ends is dropped unrun, and that is reported on stderr.
+//! So is a bulk whose engine was shut down (by another thread) before this
+//! one flushed it; it never affects this thread's pushes to other engines.
 
 use crate::context::{Context, FnProperty, PushOpts, RunContext};
 use crate::core::Core;
@@ -30,7 +36,7 @@ use crate::pool::Pooled;
 use crate::sync::{AtomicU32, UnsafeCell};
 use crate::var::Var;
 use std::cell::{Cell, RefCell};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// The pooled storage of one bulk.
 #[derive(Default)]
@@ -61,8 +67,36 @@ struct OpenBulk {
 
 #[derive(Default)]
 struct BulkState {
-    size: usize,
+    /// This thread's bulk size for each engine that has one above 1 (a
+    /// weak reference: an engine dropped meanwhile is pruned when another
+    /// is added, and its address is not reused while this holds it).
+    sizes: Vec<(Weak<Core>, usize)>,
     open: Option<OpenBulk>,
+}
+
+impl BulkState {
+    /// This thread's bulk size for `core` (0: none set).
+    fn size_for(&self, core: &Core) -> usize {
+        self.sizes.iter().find(|(w, _)| std::ptr::eq(w.as_ptr(), core)).map_or(0, |&(_, n)| n)
+    }
+
+    /// Sets this thread's bulk size for `core`; returns the previous one.
+    fn set_size_for(&mut self, core: &Arc<Core>, size: usize) -> usize {
+        let at = self.sizes.iter().position(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(core)));
+        let previous = at.map_or(0, |i| self.sizes[i].1);
+        match (at, size > 1) {
+            (Some(i), true) => self.sizes[i].1 = size,
+            (Some(i), false) => {
+                self.sizes.swap_remove(i);
+            }
+            (None, true) => {
+                self.sizes.retain(|(w, _)| w.strong_count() > 0);
+                self.sizes.push((Arc::downgrade(core), size));
+            }
+            (None, false) => {}
+        }
+        previous
+    }
 }
 
 impl Drop for BulkState {
@@ -85,7 +119,7 @@ crate::sync::thread_local! {
 }
 
 fn refresh_active(state: &BulkState) {
-    ACTIVE.with(|a| a.set(state.size > 1 || state.open.is_some()));
+    ACTIVE.with(|a| a.set(!state.sizes.is_empty() || state.open.is_some()));
 }
 
 /// Owns a pushed bulk's buffer; gives it back when dropped (after running,
@@ -106,18 +140,37 @@ impl BulkHandle {
     }
 
     /// Runs the members in push order, stopping at the first failure.
+    ///
+    /// A member's panic is caught here, not by the runner: unwinding out of
+    /// this call would drop the handle, and with it the members that did
+    /// not run, during the unwinding, where a `Drop` that panics aborts.
     fn run(&self, ctx: &RunContext) -> Outcome {
         let buf = self.core().bulks.get(self.buf);
         // SAFETY: the fused operation's runner owns the buffer.
         let bodies = unsafe { &mut *buf.bodies.with_mut(|p| p) };
-        bodies.iter_mut().try_for_each(|body| body.invoke(ctx, None))
+        bodies.iter_mut().try_for_each(|body| {
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body.invoke(ctx, None))) {
+                Ok(outcome) => outcome,
+                Err(payload) => {
+                    let message = crate::error::panic_message(&*payload);
+                    crate::unwind::drop_payload(payload);
+                    Err(message)
+                }
+            }
+        })
     }
 
     fn release(&self) {
         let buf = self.core().bulks.get(self.buf);
         // SAFETY: this handle owns the buffer until it is given back here.
         unsafe {
-            buf.bodies.with_mut(|b| (*b).clear());
+            // Bodies that did not run (the bulk failed or was skipped) hold
+            // the user's captures (`unwind.rs`).
+            buf.bodies.with_mut(|b| {
+                (*b).drain(..).for_each(|f| {
+                    crate::unwind::drop_quietly(f);
+                })
+            });
             buf.reads.with_mut(|r| (*r).clear());
             buf.writes.with_mut(|w| (*w).clear());
         }
@@ -136,30 +189,30 @@ fn bulkable(opts: &PushOpts) -> bool {
     opts.prop == FnProperty::Normal && !opts.ctx.is_gpu() && !opts.no_skip
 }
 
-/// Sets this thread's bulk size (≤ 1 turns bulking off, flushing first);
-/// returns the previous size.
-pub(crate) fn set_size(size: usize) -> Result<usize, EngineError> {
+/// Sets this thread's bulk size for `core` (≤ 1 turns bulking off,
+/// flushing first); returns the previous size.
+pub(crate) fn set_size(core: &Arc<Core>, size: usize) -> Result<usize, EngineError> {
     let previous = BULK.with(|b| {
         let mut b = b.borrow_mut();
-        let previous = std::mem::replace(&mut b.size, size);
+        let previous = b.set_size_for(core, size);
         refresh_active(&b);
         previous
     });
     if size <= 1 {
-        flush_any()?;
+        flush_for(core)?;
     }
     Ok(previous)
 }
 
-/// Pushes this thread's open bulk, whatever its engine.
-fn flush_any() -> Result<(), EngineError> {
-    let open = BULK.with(|b| {
-        let mut b = b.borrow_mut();
-        let open = b.open.take();
-        refresh_active(&b);
-        open
-    });
-    open.map_or(Ok(()), push_bulk)
+/// Pushes an open bulk of another engine than the one this thread now
+/// pushes to. Its engine may have been shut down by another thread since:
+/// then its members are dropped unrun and that is reported on stderr, as
+/// for a thread that exits with a bulk open; the caller's push goes on.
+fn push_stale(open: OpenBulk) {
+    let count = open.count;
+    if let Err(e) = push_bulk(open) {
+        eprintln!("depengine: {count} bulked operations of another engine were dropped unrun ({e}); flush a bulk before its engine shuts down");
+    }
 }
 
 /// Pushes this thread's open bulk if it belongs to `core`.
@@ -236,16 +289,20 @@ pub(crate) fn try_add(
         stale
     });
     if let Some(stale) = stale {
-        push_bulk(stale)?;
+        if Arc::ptr_eq(&stale.core, core) {
+            push_bulk(stale)?; // this engine's, with another context
+        } else {
+            push_stale(stale);
+        }
     }
     // The pushes happen after the borrow ends (a push flushes, which
     // borrows again).
     let (body, full) = BULK.with(|cell| {
         let mut b = cell.borrow_mut();
-        if b.size <= 1 {
+        let size = b.size_for(core);
+        if size <= 1 {
             return (Some(body), None);
         }
-        let size = b.size;
         let open = b.open.get_or_insert_with(|| OpenBulk {
             core: core.clone(),
             buf: core.bulks.take(),

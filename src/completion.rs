@@ -22,45 +22,70 @@ use std::ptr::NonNull;
 /// ```
 #[must_use = "an unsignalled Completion fails its operation when dropped"]
 pub struct Completion {
-    /// Never null, and said so: `Option<Completion>` is then two words,
-    /// passed in registers (a sync body's `None` crossed memory on every
-    /// run, where a narrow store and a wide load stalled store forwarding).
+    /// A strong reference to the core's `Arc`, owned by this handle (a
+    /// raw pointer so that it is never null, and said so:
+    /// `Option<Completion>` is then two words, passed in registers; a sync
+    /// body's `None` crossed memory on every run, where a narrow store and
+    /// a wide load stalled store forwarding). Owning it keeps the core
+    /// alive while the completion's thread runs engine code, even when a
+    /// body that this completion makes ready drops the last `Engine`.
     core: NonNull<Core>,
     op: u32,
 }
 
-// SAFETY: the core is `Sync` and outlives every pending operation (shutdown
-// waits for them), so the pointer may be used from any thread.
+// SAFETY: the core is `Sync` and this handle owns a strong reference to
+// it, so the pointer may be used (and the reference dropped) on any thread.
 unsafe impl Send for Completion {}
 
 impl Completion {
+    /// A completion of `core`'s operation `op`.
+    ///
+    /// Every `Core` lives in the `Arc` that `Engine::start` makes, and the
+    /// caller is running one of its operations, so it is alive.
     pub(crate) fn new(core: &Core, op: u32) -> Self {
+        // SAFETY: `core` points into a live `Arc<Core>` allocation (see
+        // above); this handle owns the count it adds and gives it back in
+        // `release_core`.
+        unsafe { std::sync::Arc::increment_strong_count(core as *const Core) };
         Completion { core: NonNull::from(core), op }
     }
 
     fn core(&self) -> &Core {
-        // SAFETY: the engine waits for every pending operation, including
-        // this one, before its core is dropped.
+        // SAFETY: this handle owns a strong reference (see `new`).
         unsafe { self.core.as_ref() }
+    }
+
+    /// Gives back the strong reference of a handle that will not be
+    /// dropped (`signal`, `fail`): after the completion, which may have
+    /// run bodies that dropped every other reference.
+    fn release_core(core: NonNull<Core>) {
+        // SAFETY: the reference `new` added, given back once: the handle
+        // is forgotten (`ManuallyDrop`) or being dropped.
+        unsafe { std::sync::Arc::decrement_strong_count(core.as_ptr() as *const Core) };
     }
 
     /// The operation succeeded.
     pub fn signal(self) {
         let me = std::mem::ManuallyDrop::new(self);
         me.core().complete_async(me.op, None);
+        Self::release_core(me.core);
     }
 
     /// The operation failed with `message`: its written variables hold the
     /// failure and readers after it are skipped.
     pub fn fail(self, message: impl Display) {
         let me = std::mem::ManuallyDrop::new(self);
-        me.core().complete_async(me.op, Some(message.to_string()));
+        let text = crate::unwind::display_or(&message, "failed (and its message's Display panicked)");
+        crate::unwind::drop_quietly(message);
+        me.core().complete_async(me.op, Some(text));
+        Self::release_core(me.core);
     }
 }
 
 impl Drop for Completion {
     fn drop(&mut self) {
         self.core().completion_dropped(self.op);
+        Self::release_core(self.core);
     }
 }
 

@@ -95,6 +95,41 @@ pub const DEFAULT_MAX_PENDING: u64 = 1_024;
 /// "2026-11-27, eighth session").
 pub const DEFAULT_INLINE_PACE: Duration = Duration::from_nanos(50);
 
+/// The most threads a builder may ask of one pool (CPU workers, copy or
+/// priority workers, a GPU ring, the random-order mode's workers): beyond
+/// any machine's CPU count, so that a larger value is taken for the
+/// mistake it is (`usize::MAX`) instead of an attempt to start that many.
+pub const MAX_POOL_THREADS: usize = 4_096;
+
+/// The most operations a profiler lane may keep
+/// ([`EngineBuilder::profile_events`]): 2^24 records are 1 GiB a lane.
+pub const MAX_PROFILE_EVENTS: usize = 1 << 24;
+
+/// Every variable [`EngineBuilder::from_env`] reads (and
+/// `DEPENGINE_MEMBARRIER`, read once per process). Any other variable
+/// named `DEPENGINE_*` is refused as a misspelling.
+pub const ENV_VARS: [&str; 19] = [
+    "DEPENGINE_ENGINE_TYPE",
+    "DEPENGINE_CPU_WORKERS",
+    "DEPENGINE_COPY_WORKERS",
+    "DEPENGINE_SPIN_US",
+    "DEPENGINE_PIN",
+    "DEPENGINE_PRIORITY_WORKERS",
+    "DEPENGINE_GPU_COMPUTE_WORKERS",
+    "DEPENGINE_GPU_PRIORITY_WORKERS",
+    "DEPENGINE_GPU_COPY_WORKERS",
+    "DEPENGINE_CANCEL_ON_DROP",
+    "DEPENGINE_MAX_PENDING",
+    "DEPENGINE_RUN_ON_PUSHER",
+    "DEPENGINE_INLINE_PACE_NS",
+    "DEPENGINE_SHUFFLE_SEED",
+    "DEPENGINE_SHUFFLE_WORKERS",
+    "DEPENGINE_PROFILE",
+    "DEPENGINE_PROFILE_EVENTS",
+    "DEPENGINE_HANG_REPORT_MS",
+    "DEPENGINE_MEMBARRIER",
+];
+
 /// Builds an [`Engine`]; every setting also has an environment variable
 /// (see the module table), read by [`EngineBuilder::from_env`].
 ///
@@ -117,6 +152,7 @@ pub struct EngineBuilder {
     pub(crate) cancel_on_drop: bool,
     pub(crate) max_pending: u64,
     pub(crate) inline_pace: Duration,
+    pub(crate) run_on_pusher: bool,
     pub(crate) shuffle_seed: Option<u64>,
     pub(crate) shuffle_workers: usize,
     pub(crate) profile: Option<std::path::PathBuf>,
@@ -150,6 +186,7 @@ impl Default for EngineBuilder {
             cancel_on_drop: false,
             max_pending: DEFAULT_MAX_PENDING,
             inline_pace: DEFAULT_INLINE_PACE,
+            run_on_pusher: false,
             shuffle_seed: None,
             shuffle_workers: 0,
             profile: None,
@@ -175,8 +212,31 @@ impl EngineBuilder {
         Self::default()
     }
 
-    /// The defaults overridden by every `DEPENGINE_*` variable that is set.
+    /// The defaults overridden by every `DEPENGINE_*` variable that is set
+    /// (the module table). A variable named `DEPENGINE_*` that is not one
+    /// of them ([`ENV_VARS`]) is refused with a [`EngineError::Config`]
+    /// naming it: a misspelt setting would otherwise be ignored silently.
+    ///
+    /// [`Engine::from_env`] and [`Engine::global`] start from this;
+    /// [`Engine::builder`] and [`EngineBuilder::new`] do not read the
+    /// environment at all (start from `from_env()` for both).
+    ///
+    /// ```
+    /// let engine = depengine::EngineBuilder::from_env()?.cpu_workers(2).build()?;
+    /// # drop(engine);
+    /// # Ok::<(), depengine::EngineError>(())
+    /// ```
     pub fn from_env() -> Result<Self, EngineError> {
+        for (key, _) in std::env::vars_os() {
+            if let Some(key) = key.to_str().filter(|k| k.starts_with("DEPENGINE_")) {
+                if !ENV_VARS.contains(&key) {
+                    return Err(EngineError::Config(format!(
+                        "unknown environment variable {key} (misspelt? depengine reads {})",
+                        ENV_VARS.join(", ")
+                    )));
+                }
+            }
+        }
         let mut b = Self::default();
         if let Ok(kind) = std::env::var("DEPENGINE_ENGINE_TYPE") {
             b.kind = EngineKind::parse(&kind)?;
@@ -210,6 +270,9 @@ impl EngineBuilder {
         }
         if let Some(n) = env_parse("DEPENGINE_MAX_PENDING")? {
             b.max_pending = n;
+        }
+        if let Some(on) = env_parse::<u8>("DEPENGINE_RUN_ON_PUSHER")? {
+            b.run_on_pusher = on != 0;
         }
         if let Some(ns) = env_parse("DEPENGINE_INLINE_PACE_NS")? {
             b.inline_pace = Duration::from_nanos(ns);
@@ -349,6 +412,47 @@ impl EngineBuilder {
         self
     }
 
+    /// Lets a push run bodies on the pushing thread below the pending cap
+    /// (off by default; also `DEPENGINE_RUN_ON_PUSHER=1`).
+    ///
+    /// By default a push never runs a synchronous body on the pushing
+    /// thread while the engine is below its pending cap
+    /// ([`max_pending`](Self::max_pending)): the body runs later on an
+    /// engine thread, so it may wait for something its pusher does after
+    /// the push, and a latency-critical pusher is never stalled by a body.
+    /// (At the cap the pusher would wait anyway, and may run work there;
+    /// waits may run ready work; `Async` and `DeleteVar` operations found
+    /// ready may start inside their push on `per_device`; the `naive`
+    /// engine runs everything on the thread that makes it ready.)
+    ///
+    /// With `true`, pushes of tiny bodies may run them inside the push
+    /// below the cap too: runs with no variables at the
+    /// [`inline_pace`](Self::inline_pace), and *stints* in which a pusher
+    /// runs the operations its pushes make ready. That makes W=0 rows
+    /// several times faster (PERF.md, "Running on the pusher").
+    ///
+    /// **Hazard:** with it on, a body must not wait for anything its
+    /// pushing thread does only after the push (set a flag, send on a
+    /// channel, signal a condition): the push may run that body itself
+    /// and then wait on its own thread forever. And a push may take as
+    /// long as the bodies it runs.
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().run_on_pusher(true).build().unwrap();
+    /// let v = engine.new_var();
+    /// for _ in 0..1000 {
+    ///     engine.push_sync(|_| {}, &[], &[v]).unwrap(); // may run here
+    /// }
+    /// engine.wait_var(v).unwrap();
+    /// ```
+    pub fn run_on_pusher(mut self, on: bool) -> Self {
+        self.run_on_pusher = on;
+        self
+    }
+
+    /// With [`run_on_pusher`](Self::run_on_pusher) on, how short bodies
+    /// must be to run on the pusher (it has no effect otherwise).
+    ///
     /// Tiny operations with no variables stay on the pushing thread: a
     /// thread that reached the pending cap runs its synchronous pushes with
     /// no variables inside themselves (see [`max_pending`](Self::max_pending))
@@ -509,22 +613,27 @@ impl EngineBuilder {
     pub fn build(self) -> Result<Engine, EngineError> {
         // Before any thread of the engine runs either side of a handshake.
         crate::barrier::ensure_chosen();
-        if self.resolved_cpu_workers() == 0 {
-            return Err(EngineError::Config("cpu_workers must be at least 1".into()));
-        }
-        if self.copy_workers == 0 {
-            return Err(EngineError::Config("copy_workers must be at least 1".into()));
-        }
-        for (n, name) in [
-            (self.gpu_compute_workers, "gpu_compute_workers"),
-            (self.gpu_priority_workers, "gpu_priority_workers"),
-            (self.gpu_copy_workers, "gpu_copy_workers"),
+        for (n, name, least) in [
+            (self.resolved_cpu_workers(), "cpu_workers", 1),
+            (self.copy_workers, "copy_workers", 1),
+            (self.priority_workers, "priority_workers", 0),
+            (self.gpu_compute_workers, "gpu_compute_workers", 1),
+            (self.gpu_priority_workers, "gpu_priority_workers", 1),
+            (self.gpu_copy_workers, "gpu_copy_workers", 1),
+            (self.shuffle_workers, "shuffle_workers", 0),
         ] {
-            if n == 0 {
-                return Err(EngineError::Config(format!("{name} must be at least 1")));
+            if n < least || n > MAX_POOL_THREADS {
+                return Err(EngineError::Config(format!("{name} must be from {least} to {MAX_POOL_THREADS}, not {n}")));
             }
         }
-        Ok(Engine::start(self))
+        if self.profile_events > MAX_PROFILE_EVENTS {
+            return Err(EngineError::Config(format!(
+                "profile_events must be at most {MAX_PROFILE_EVENTS}, not {}",
+                self.profile_events
+            )));
+        }
+
+        Engine::start(self)
     }
 }
 

@@ -133,8 +133,20 @@ pub(crate) struct Core {
     /// pushes make ready (`pusher_runs.rs`).
     pub(crate) pusher_runs: PusherRuns,
     /// [`EngineBuilder::inline_pace`](crate::EngineBuilder::inline_pace)
-    /// in nanoseconds (0: off).
+    /// in nanoseconds (0: off, as whenever
+    /// [`run_on_pusher`](crate::EngineBuilder::run_on_pusher) is off).
     inline_pace_ns: u64,
+    /// [`EngineBuilder::run_on_pusher`](crate::EngineBuilder::run_on_pusher):
+    /// whether pushes may run bodies on their thread below the cap.
+    run_on_pusher: bool,
+    /// NUMA nodes a `Context::Cpu(n)` may name: the per_device engine's
+    /// topology, or the machine's, read when first needed.
+    cpu_nodes: std::sync::OnceLock<u32>,
+    /// Set by the one shutdown that stops the executor.
+    executor_stopped: std_atomic::AtomicBool,
+    /// Variable slots retired at the end of their generations
+    /// ([`free_var`](Self::free_var)).
+    retired_var_slots: std_atomic::AtomicU64,
     /// The GPU rings (none without a device) and the fences' lanes.
     #[cfg(feature = "cuda")]
     pub(crate) gpu: Arc<crate::gpu::GpuRings>,
@@ -152,6 +164,8 @@ impl Core {
         #[cfg(feature = "cuda")] gpu: Arc<crate::gpu::GpuRings>,
     ) -> Self {
         let workers = executor.worker_threads();
+        // Below the cap, bodies run on pushers only when asked for.
+        let pace = if b.run_on_pusher { b.inline_pace } else { std::time::Duration::ZERO };
         let diagnosis = b.hang_report.map(|after| {
             let handler = b.on_hang.clone().map_or_else(|| Arc::new(print_report) as HangHandler, |h| h.0);
             Diagnosis::new(after, handler)
@@ -183,8 +197,12 @@ impl Core {
             diagnosis,
             max_pending: b.max_pending,
             unqueued_to_low_water: CachePadded::new(std_atomic::AtomicBool::new(false)),
-            pusher_runs: PusherRuns::new(b.max_pending, b.inline_pace),
-            inline_pace_ns: u64::try_from(b.inline_pace.as_nanos()).unwrap_or(u64::MAX),
+            pusher_runs: PusherRuns::new(b.max_pending, pace),
+            inline_pace_ns: u64::try_from(pace.as_nanos()).unwrap_or(u64::MAX),
+            run_on_pusher: b.run_on_pusher,
+            cpu_nodes: std::sync::OnceLock::new(),
+            executor_stopped: std_atomic::AtomicBool::new(false),
+            retired_var_slots: std_atomic::AtomicU64::new(0),
             #[cfg(feature = "cuda")]
             gpu,
             #[cfg(feature = "cuda")]
@@ -234,21 +252,39 @@ impl Core {
     }
 
     /// Gives a deleted variable's slot back, bumping its generation.
+    ///
+    /// A slot whose generation is the last (`u32::MAX`) is retired instead:
+    /// never given back, its `life` marked deleted for good, so that no
+    /// stale handle of any generation is ever taken for a new variable.
+    /// The cost is one slot (two cache lines) per 2^32 deletions of it.
     pub(crate) fn free_var(&self, slot_index: u32) {
         let slot = self.vars.get(slot_index);
         // SAFETY: the deletion held the last access and nothing can be
         // appended after a dispatched deletion, so the queue is idle and ours.
         unsafe { slot.release(&self.blocks) };
-        let gen = (slot.life.load(Ordering::Acquire) >> 32) + 1;
-        slot.life.store((gen & 0xFFFF_FFFF) << 32, Ordering::Release);
+        let gen = slot.life.load(Ordering::Acquire) >> 32;
+        if gen == u64::from(u32::MAX) {
+            slot.life.store(gen << 32 | DELETE_REQUESTED | DELETE_DISPATCHED, Ordering::Release);
+            self.retired_var_slots.fetch_add(1, std_atomic::Ordering::Relaxed);
+            return;
+        }
+        slot.life.store((gen + 1) << 32, Ordering::Release);
         self.vars.give(slot_index);
+    }
+
+    /// Variable slots retired at the end of their generations.
+    pub(crate) fn retired_var_slots(&self) -> u64 {
+        self.retired_var_slots.load(std_atomic::Ordering::Relaxed)
     }
 
     // ----- push ------------------------------------------------------------
 
+    #[inline]
     pub(crate) fn check_ctx(&self, ctx: Context) -> Result<(), EngineError> {
         match ctx {
-            Context::Cpu(_) => Ok(()),
+            // Node 0 exists on every machine.
+            Context::Cpu(n) if n == Context::ANY_NODE || n == 0 => Ok(()),
+            Context::Cpu(n) => self.check_cpu_node(n),
             #[cfg(feature = "cuda")]
             Context::Gpu(id) => self.gpu.check_device(id),
             #[cfg(not(feature = "cuda"))]
@@ -256,6 +292,31 @@ impl Core {
                 "gpu({id}): this build has no GPU support (build depengine with the `cuda` feature)"
             ))),
         }
+    }
+
+    /// Sets the NUMA nodes a CPU context may name (the per_device
+    /// engine's topology), before any push.
+    pub(crate) fn set_cpu_nodes(&self, nodes: usize) {
+        let _ = self.cpu_nodes.set(u32::try_from(nodes).unwrap_or(u32::MAX));
+    }
+
+    #[cold]
+    fn check_cpu_node(&self, n: u32) -> Result<(), EngineError> {
+        let nodes = *self
+            .cpu_nodes
+            .get_or_init(|| u32::try_from(crate::topology::Topology::detect().nodes).unwrap_or(u32::MAX));
+        if n < nodes {
+            return Ok(());
+        }
+        Err(EngineError::NoSuchDevice(format!(
+            "cpu({n}): this machine has {nodes} NUMA node(s), 0 to {} (Context::cpu() is any)",
+            nodes - 1
+        )))
+    }
+
+    /// Whether the calling shutdown is the one to stop the executor.
+    pub(crate) fn take_executor_stop(&self) -> bool {
+        !self.executor_stopped.swap(true, std_atomic::Ordering::AcqRel)
     }
 
     /// Pushes an operation: validates, fills a block, submits it.
@@ -269,8 +330,11 @@ impl Core {
         kind: OprKind,
     ) -> Result<(), EngineError> {
         // Keep this thread's order: its bulked pushes go first.
-        crate::bulk::flush_for(self)?;
-        self.check_ctx(opts.ctx)?;
+        if let Err(e) = crate::bulk::flush_for(self).and_then(|()| self.check_ctx(opts.ctx)) {
+            // Refused: the body is dropped unrun (`unwind.rs`).
+            crate::unwind::drop_quietly(body);
+            return Err(e);
+        }
         // The block cache and the dispatcher's bias both go by this.
         let me = crate::thread_slot::current();
         let op = self.take_op_block(me);
@@ -422,7 +486,10 @@ impl Core {
         if self.max_pending == 0 || opts.prop != FnProperty::Normal || opts.ctx.is_gpu() {
             return Ok(None);
         }
-        let to_low_water = self.unqueued_to_low_water.load(std_atomic::Ordering::Relaxed);
+        // Past the cap, on down to half of it, only when running on the
+        // pusher was asked for: by default a push below the cap never runs
+        // a body on its thread.
+        let to_low_water = self.run_on_pusher && self.unqueued_to_low_water.load(std_atomic::Ordering::Relaxed);
         let limit = if to_low_water { (self.max_pending / 2).min(self.max_pending - 1) } else { self.max_pending - 1 };
         if !self.pending_reached(limit) {
             let quick = to_low_water && crate::inline_pace::quicker_than(self.inline_pace_ns);
@@ -436,7 +503,7 @@ impl Core {
             }
         }
         let ticket = self.unqueued_ticket_now()?;
-        if ticket.is_some() && !to_low_water {
+        if ticket.is_some() && !to_low_water && self.run_on_pusher {
             self.unqueued_to_low_water.store(true, std_atomic::Ordering::Relaxed);
         }
         Ok(ticket)
@@ -571,7 +638,8 @@ impl Core {
     fn discard(&self, op: u32) {
         let block = self.oprs.get(op);
         // SAFETY: never published, still exclusively ours.
-        unsafe { block.body.with_mut(|b| *b = Body::Empty) };
+        let body = unsafe { block.body.with_mut(|b| std::mem::replace(&mut *b, Body::Empty)) };
+        crate::unwind::drop_quietly(body);
         #[cfg(debug_assertions)]
         block.transition(op, crate::opr::phase::FILLED, crate::opr::phase::FREE);
         self.oprs.give(op);
@@ -781,11 +849,18 @@ impl Core {
 
     /// Blocks until everything pushed so far has finished.
     pub(crate) fn wait_all(&self) {
+        self.wait_all_until(None);
+    }
+
+    /// [`wait_all`](Self::wait_all), giving up at `deadline` (if any);
+    /// returns whether everything finished.
+    pub(crate) fn wait_all_until(&self, deadline: Option<std::time::Instant>) -> bool {
         self.flush_dispatcher(|| {});
         let watched = self.diag_wait_begin(None, false);
-        self.pending.wait_zero(&self.dispatcher, self.helper());
+        let finished = self.pending.wait_zero_until(&self.dispatcher, self.helper(), deadline);
         self.diag_wait_end(watched);
         crate::executor::park::note_waited();
+        finished
     }
 
     /// Blocks until every operation pushed so far that `var`'s wait must
@@ -877,6 +952,46 @@ impl ReadyList {
 mod tests {
     use super::Core;
     use std::mem::offset_of;
+
+    /// A slot is retired when its last generation is deleted, so that no
+    /// handle of any of its generations is ever taken for a later variable
+    /// (the slot is started near the wrap by hand: 2^32 deletions would
+    /// take hours).
+    #[cfg(not(depengine_loom))]
+    #[test]
+    fn a_slot_is_retired_at_its_last_generation_never_reused() {
+        use crate::{Engine, EngineError, EngineKind, Var};
+        for kind in EngineKind::ALL {
+            let engine = Engine::builder().kind(kind).cpu_workers(1).build().unwrap();
+            let core = engine.core();
+            let first = engine.new_var();
+            let aged = Var { gen: u32::MAX - 2, ..first };
+            core.vars.get(first.slot).life.store(u64::from(aged.gen) << 32, crate::sync::Ordering::Release);
+            assert_eq!(engine.var_version(first), Err(EngineError::DeletedVar));
+            let mut stale = vec![first];
+            let mut live = aged;
+            for gen in [u32::MAX - 2, u32::MAX - 1, u32::MAX] {
+                assert_eq!(
+                    (live.slot, live.gen),
+                    (first.slot, gen),
+                    "{kind:?}: the slot is reused up to its last generation"
+                );
+                engine.push_sync(|_| {}, &[], &[live]).unwrap();
+                engine.delete_var(live, || {}).unwrap();
+                engine.wait_all().unwrap();
+                stale.push(live);
+                live = engine.new_var();
+            }
+            assert_ne!(live.slot, first.slot, "{kind:?}: the retired slot was handed out again");
+            assert_eq!(core.retired_var_slots(), 1);
+            for s in stale {
+                assert_eq!(engine.push_sync(|_| {}, &[], &[s]), Err(EngineError::DeletedVar), "{kind:?} {s:?}");
+                assert_eq!(engine.delete_var(s, || {}), Err(EngineError::DeletedTwice), "{kind:?} {s:?}");
+            }
+            engine.push_sync(|_| {}, &[], &[live]).unwrap();
+            engine.wait_var(live).unwrap();
+        }
+    }
 
     /// The combiner's spare blocks change on most appends; the flags every
     /// run reads must not share their cache line.

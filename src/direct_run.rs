@@ -205,6 +205,7 @@ impl Core {
         let failure = match skipped {
             Some(inherited) => {
                 self.stats.skipped();
+                crate::unwind::drop_quietly(body);
                 Some(inherited)
             }
             None => {

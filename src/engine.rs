@@ -28,9 +28,17 @@ use std::sync::{Arc, OnceLock};
 /// started, see [`EngineBuilder::cancel_on_drop`]), joins its threads and
 /// frees everything.
 ///
-/// Drop it from outside its own operations: dropped inside one of its bodies
-/// it cannot wait for that body, so it skips the shutdown and its workers
-/// keep running until the process ends.
+/// Dropped inside one of its own bodies (a body that held the last handle),
+/// it cannot wait there for that body: the shutdown is handed to a
+/// background thread (`depengine-reaper`) that finishes it once the pending
+/// work is done, joins the workers and frees the engine. Engine code that
+/// runs on any thread (a worker, a thread signalling a [`Completion`])
+/// keeps the engine's core alive for as long as it runs.
+///
+/// Drop waits for every pending operation, so an asynchronous operation
+/// whose [`Completion`] is never signalled nor dropped (kept, or
+/// `mem::forget`) makes it wait forever; [`Engine::shutdown_timeout`]
+/// bounds that wait and says what is still pending.
 pub struct Engine {
     core: Arc<Core>,
     kind: EngineKind,
@@ -52,8 +60,12 @@ pub struct PoolStats {
     /// Variable queue blocks in use: one sentinel per live variable, plus
     /// accesses queued and spares the dispatcher holds.
     pub live_var_blocks: usize,
-    /// Variables alive (created and not yet deleted).
+    /// Variables alive (created and not yet deleted), not counting the
+    /// retired slots.
     pub live_vars: usize,
+    /// Variable slots retired after their last generation (each was
+    /// deleted 2^32 times; see [`Engine::delete_var`]).
+    pub retired_var_slots: usize,
     /// Operation blocks ever created (the pool's high-water mark).
     pub op_blocks_created: usize,
 }
@@ -78,8 +90,9 @@ impl Engine {
         GLOBAL.get_or_init(|| Engine::from_env().unwrap_or_else(|e| panic!("depengine: {e}")))
     }
 
-    pub(crate) fn start(b: EngineBuilder) -> Engine {
+    pub(crate) fn start(b: EngineBuilder) -> Result<Engine, EngineError> {
         let mut placement = None;
+        let mut nodes = None;
         let executor: Box<dyn Executor> = match (b.shuffle_seed, b.kind) {
             (Some(seed), _) => Box::new(ShuffleExecutor::new(seed, b.shuffle_workers)),
             (None, EngineKind::Naive) => Box::new(NaiveExecutor),
@@ -90,7 +103,8 @@ impl Engine {
                 let topology = Topology::detect();
                 let workers = b.cpu_workers.unwrap_or(topology.cpus.len());
                 let executor = PerDeviceExecutor::new(topology.clone(), workers, b.priority_workers, b.pin, b.spin);
-                placement = Some((topology, executor.pinned()));
+                placement = Some((topology.clone(), executor.pinned()));
+                nodes = Some(topology.nodes);
                 Box::new(executor)
             }
         };
@@ -115,24 +129,35 @@ impl Engine {
             #[cfg(feature = "cuda")]
             gpu,
         ));
+        if let Some(n) = nodes {
+            core.set_cpu_nodes(n);
+        }
         if b.profile.is_some() {
             core.profiler.start();
         }
-        core.executor.start(&core);
-        let watchdog = core.diagnosis.as_ref().map(|diag| {
+        if let Err(e) = core.executor.start(&core) {
+            // The threads that did start hold the core; stopping joins them.
+            core.executor.stop();
+            return Err(EngineError::Spawn(e.to_string()));
+        }
+        let watchdog = match core.diagnosis.as_ref().map(|diag| {
             let (core, period) = (core.clone(), diag.period());
-            std::thread::Builder::new()
-                .name("depengine-watchdog".into())
-                .spawn(move || loop {
-                    std::thread::park_timeout(period);
-                    if core.diagnosis.as_ref().is_none_or(|d| d.stop.load(Ordering::Acquire)) {
-                        break;
-                    }
-                    core.watchdog_pass();
-                })
-                .expect("failed to spawn the depengine watchdog")
-        });
-        Engine {
+            std::thread::Builder::new().name("depengine-watchdog".into()).spawn(move || loop {
+                std::thread::park_timeout(period);
+                if core.diagnosis.as_ref().is_none_or(|d| d.stop.load(Ordering::Acquire)) {
+                    break;
+                }
+                core.watchdog_pass();
+            })
+        }) {
+            None => None,
+            Some(Ok(handle)) => Some(handle),
+            Some(Err(e)) => {
+                core.executor.stop();
+                return Err(EngineError::Spawn(e.to_string()));
+            }
+        };
+        Ok(Engine {
             core,
             kind: b.kind,
             cancel_on_drop: b.cancel_on_drop,
@@ -140,7 +165,7 @@ impl Engine {
             profile_path: b.profile,
             watchdog,
             placement,
-        }
+        })
     }
 
     /// The seed of the random-order mode, if the engine runs in it
@@ -198,7 +223,9 @@ impl Engine {
 
     /// Deletes `var` once every operation already pushed on it has finished,
     /// then calls `on_deleted` (on an engine thread). Any use of `var` after
-    /// this returns is an error.
+    /// this returns is an error, forever: a variable's slot is reused with
+    /// a new generation, and retired instead once its generations (2^32)
+    /// are spent, so a stale handle is never taken for a later variable.
     pub fn delete_var(&self, var: Var, on_deleted: impl FnOnce() + Send + 'static) -> Result<(), EngineError> {
         // This thread's open bulk may use `var`: it was pushed first, so it
         // must reach the engine before `var` is marked deleted.
@@ -257,6 +284,11 @@ impl Engine {
         R: OpOutput,
     {
         let mut body = body;
+        // Before any route: a push run inside itself or bulked checks it too.
+        if let Err(e) = self.core.check_ctx(opts.ctx) {
+            crate::unwind::drop_quietly(body);
+            return Err(e);
+        }
         if reads.is_empty() && writes.is_empty() {
             match self.run_unqueued(body, &opts) {
                 Ok(pushed) => return pushed,
@@ -302,9 +334,10 @@ impl Engine {
         }
     }
 
-    /// Sets this thread's bulk size (MXNet's `set_bulk_size`): from now on up
-    /// to `size` consecutive synchronous `Normal` CPU pushes from this thread
-    /// are fused into one operation (see [`flush_bulk`](Self::flush_bulk)
+    /// Sets this thread's bulk size for this engine (MXNet's
+    /// `set_bulk_size`; other engines and other threads keep their own):
+    /// from now on up to `size` consecutive synchronous `Normal` CPU pushes
+    /// from this thread to this engine are fused into one operation (see [`flush_bulk`](Self::flush_bulk)
     /// for when a bulk is pushed). `0` or `1` turns bulking off. Returns the
     /// previous size.
     ///
@@ -323,7 +356,7 @@ impl Engine {
     /// assert_eq!(engine.var_version(v).unwrap(), 7); // 6 full bulks + 1 partial
     /// ```
     pub fn set_bulk_size(&self, size: usize) -> Result<usize, EngineError> {
-        crate::bulk::set_size(size)
+        crate::bulk::set_size(&self.core, size)
     }
 
     /// Pushes this thread's open bulk now. A bulk is also pushed when it
@@ -429,7 +462,8 @@ impl Engine {
 
     /// Deletes an operator; deferred until the pushes already made have run.
     pub fn delete_operator(&self, op: Operator) {
-        drop(op);
+        // The last reference drops the user's closure (`unwind.rs`).
+        crate::unwind::drop_quietly(op);
     }
 
     // ----- waits -------------------------------------------------------------
@@ -483,7 +517,8 @@ impl Engine {
         PoolStats {
             live_ops: self.core.live_op_blocks(),
             live_var_blocks: self.core.blocks.live(),
-            live_vars: self.core.vars.live(),
+            live_vars: self.core.vars.live() - self.core.retired_var_slots() as usize,
+            retired_var_slots: self.core.retired_var_slots() as usize,
             op_blocks_created: self.core.oprs.capacity_used(),
         }
     }
@@ -568,17 +603,45 @@ impl Engine {
     /// ([`EngineError::ShutDown`]) and stops the workers. Idempotent; `Drop`
     /// calls it. From inside an operation it would wait for itself, so it
     /// returns [`EngineError::WaitWouldDeadlock`] there.
+    ///
+    /// It waits for every pending operation, however long: an
+    /// asynchronous operation whose [`Completion`] is kept unsignalled (or
+    /// forgotten with `mem::forget`) makes it wait forever. Use
+    /// [`shutdown_timeout`](Self::shutdown_timeout) where that must not
+    /// happen.
     pub fn shutdown(&self) -> Result<(), EngineError> {
-        self.shutdown_inner(false)
+        self.shutdown_inner(false, None)
     }
 
     /// Skips every operation not yet started (they complete with a
     /// "cancelled" failure), waits for running ones, then shuts down.
     pub fn shutdown_cancel(&self) -> Result<(), EngineError> {
-        self.shutdown_inner(true)
+        self.shutdown_inner(true, None)
     }
 
-    fn shutdown_inner(&self, cancel: bool) -> Result<(), EngineError> {
+    /// [`shutdown`](Self::shutdown), waiting at most `timeout` for the
+    /// pending operations. If they have not all finished by then it returns
+    /// [`EngineError::Timeout`] with their count and a report of what each
+    /// waits for, and leaves the engine as it was (it may have been closed
+    /// to new pushes): call it again, or [`shutdown`](Self::shutdown), once
+    /// the cause is dealt with. A `Completion` that was forgotten can
+    /// never be dealt with; the engine then cannot be shut down, and
+    /// `Drop` would wait forever: `mem::forget` the engine instead.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let engine = depengine::Engine::builder().build().unwrap();
+    /// let v = engine.new_var();
+    /// engine.push_async(|_, done| std::mem::forget(done), &[], &[v]).unwrap();
+    /// let err = engine.shutdown_timeout(Duration::from_millis(10)).unwrap_err();
+    /// assert!(matches!(err, depengine::EngineError::Timeout { pending: 1, .. }));
+    /// # std::mem::forget(engine);
+    /// ```
+    pub fn shutdown_timeout(&self, timeout: std::time::Duration) -> Result<(), EngineError> {
+        self.shutdown_inner(false, Some(std::time::Instant::now().checked_add(timeout)).flatten())
+    }
+
+    fn shutdown_inner(&self, cancel: bool, deadline: Option<std::time::Instant>) -> Result<(), EngineError> {
         if self.core.would_deadlock(None) {
             return Err(EngineError::WaitWouldDeadlock);
         }
@@ -586,14 +649,20 @@ impl Engine {
         if cancel {
             self.core.cancelling.store(true, Ordering::SeqCst);
         }
-        if self.core.shutting_down.load(Ordering::SeqCst) {
-            return Ok(());
-        }
         // Let running work push its continuations, then close the door
         // (between two dispatches) and drain what was dispatched before it.
-        self.core.wait_all();
-        if self.core.close() {
-            self.core.wait_all();
+        let timed_out = || {
+            let pending = self.core.pending();
+            EngineError::Timeout { pending, report: self.core.pending_report(None).to_string() }
+        };
+        if !self.core.wait_all_until(deadline) {
+            return Err(timed_out());
+        }
+        self.core.close();
+        if !self.core.wait_all_until(deadline) {
+            return Err(timed_out());
+        }
+        if self.core.take_executor_stop() {
             // Buffers an application frees after the engine must be idle
             // on the device too.
             #[cfg(feature = "cuda")]
@@ -606,9 +675,11 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
-        // Inside an operation (an engine dropped by its own body) there is
-        // nothing safe to wait for; the pending work keeps the core alive.
-        let _ = self.shutdown_inner(self.cancel_on_drop);
+        if self.core.would_deadlock(None) {
+            self.hand_drop_to_reaper();
+            return;
+        }
+        let _ = self.shutdown_inner(self.cancel_on_drop, None);
         if let (Some(diag), Some(watchdog)) = (&self.core.diagnosis, self.watchdog.take()) {
             diag.stop.store(true, Ordering::Release);
             watchdog.thread().unpark();
@@ -617,6 +688,42 @@ impl Drop for Engine {
         if let Some(path) = self.profile_path.take() {
             self.write_profile(&path);
         }
+    }
+}
+
+impl Engine {
+    /// Dropped inside one of its own bodies: nothing can be waited for on
+    /// this thread, so the rest of the drop goes to a thread of its own.
+    /// If that thread cannot be started, the engine is leaked (its workers
+    /// keep running until the process ends): never freed under a body.
+    #[cold]
+    fn hand_drop_to_reaper(&mut self) {
+        let _ = self.flush_bulk();
+        let rest = Engine {
+            core: self.core.clone(),
+            kind: self.kind,
+            cancel_on_drop: self.cancel_on_drop,
+            shuffle_seed: self.shuffle_seed,
+            profile_path: self.profile_path.take(),
+            watchdog: self.watchdog.take(),
+            placement: self.placement.take(),
+        };
+        let rest = std::sync::Arc::new(std::sync::Mutex::new(Some(rest)));
+        let theirs = rest.clone();
+        let spawned = std::thread::Builder::new()
+            .name("depengine-reaper".into())
+            .spawn(move || drop(theirs.lock().map(|mut r| r.take()).unwrap_or(None)));
+        if spawned.is_err() {
+            std::mem::forget(rest.lock().map(|mut r| r.take()).unwrap_or(None));
+        }
+    }
+}
+
+#[cfg(all(test, not(depengine_loom)))]
+impl Engine {
+    /// The core, for the crate's own tests.
+    pub(crate) fn core(&self) -> &Core {
+        &self.core
     }
 }
 

@@ -62,6 +62,19 @@ pub enum EngineError {
     ShutDown,
     /// A setting (builder or environment variable) is invalid.
     Config(String),
+    /// [`Engine::shutdown_timeout`](crate::Engine::shutdown_timeout) gave
+    /// up: `pending` operations had not finished (an asynchronous one whose
+    /// `Completion` was kept or forgotten, a body that never returns);
+    /// `report` says which, as a hang report does.
+    Timeout {
+        /// Operations still pending when it gave up.
+        pending: u64,
+        /// What they are and what each waits for ([`HangReport`](crate::HangReport)'s text).
+        report: String,
+    },
+    /// A thread of the engine could not be started (`build`); the text is
+    /// the operating system's error. Nothing of the engine keeps running.
+    Spawn(String),
     /// A CUDA call the engine made to order GPU work (feature `cuda`)
     /// failed; the text is the driver's error.
     Gpu(String),
@@ -80,6 +93,10 @@ impl fmt::Display for EngineError {
             ),
             EngineError::ShutDown => f.write_str("the engine is shutting down"),
             EngineError::Config(what) => write!(f, "invalid engine setting: {what}"),
+            EngineError::Timeout { pending, report } => {
+                write!(f, "gave up waiting for {pending} pending operation(s)\n{report}")
+            }
+            EngineError::Spawn(what) => write!(f, "could not start an engine thread: {what}"),
             EngineError::Gpu(what) => write!(f, "GPU error: {what}"),
         }
     }

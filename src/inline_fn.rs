@@ -123,7 +123,7 @@ impl InlineFn {
     }
 
     /// Whether a body is stored.
-    #[cfg(all(test, not(depengine_loom)))]
+    #[inline]
     pub(crate) fn is_some(&self) -> bool {
         self.vtable.is_some()
     }

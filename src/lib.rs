@@ -148,6 +148,7 @@ mod sync;
 mod thread_slot;
 mod throttle;
 mod topology;
+mod unwind;
 mod var;
 mod var_queue;
 mod wait;

@@ -183,6 +183,19 @@ pub(crate) enum Body {
     Prebuilt(Arc<OperatorInner>),
 }
 
+impl Body {
+    /// Whether dropping it drops a value of the user's (a closure that did
+    /// not run, an operator's reference), whose `Drop` may panic.
+    #[inline]
+    pub(crate) fn holds_user_value(&self) -> bool {
+        match self {
+            Body::Empty => false,
+            Body::OneShot(f) => f.is_some(),
+            Body::Prebuilt(_) => true,
+        }
+    }
+}
+
 /// Internal kinds of operation, each completed in its own way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) enum OprKind {

@@ -160,7 +160,7 @@ impl PusherRuns {
             origin: Instant::now(),
             probe_due_ns: AtomicU64::new(0),
             pause_ns: AtomicU64::new(MIN_PAUSE.as_nanos() as u64),
-            probe_below_ns: u64::try_from((inline_pace * PROBE_PACES).as_nanos()).unwrap_or(u64::MAX),
+            probe_below_ns: u64::try_from(inline_pace.saturating_mul(PROBE_PACES).as_nanos()).unwrap_or(u64::MAX),
             enabled: !inline_pace.is_zero() && max_pending != 0,
         }
     }

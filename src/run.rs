@@ -109,7 +109,11 @@ impl Core {
             self.diag_body_returned(block);
         }
         let state = block.run_state.swap(BODY_IDLE, Ordering::AcqRel);
-        let panic = outcome.err().map(|payload| panic_message(&*payload));
+        let panic = outcome.err().map(|payload| {
+            let message = panic_message(&*payload);
+            crate::unwind::drop_payload(payload);
+            message
+        });
         if state == BODY_DEFERRED {
             let message = panic.unwrap_or_else(|| "its Completion was dropped during a panic".to_owned());
             self.complete_and_retire(op, Some(&OpError::new(name, message)));
@@ -132,6 +136,7 @@ impl Core {
     pub(crate) fn run_unqueued(&self, at: UnqueuedTicket, opts: &PushOpts, body: impl FnOnce(&RunContext) -> Outcome) {
         let UnqueuedTicket { ticket, after_close } = at;
         let failure = if after_close {
+            crate::unwind::drop_quietly(body);
             Some(OpError::new(opts.name, PUSHED_AT_SHUTDOWN))
         } else {
             let ctx = RunContext { ticket, priority: opts.priority, ..RunContext::on_host(opts.ctx) };
@@ -390,7 +395,13 @@ impl Core {
                 meta.profile_session = 0;
             }
             meta.rejected = None;
-            block.body.with_mut(|b| *b = Body::Empty);
+            // A body that did not run (skipped, cancelled) still holds the
+            // user's captures, and a prebuilt one may hold its operator's
+            // last reference: their `Drop` is user code (`unwind.rs`).
+            let body = block.body.with_mut(|b| std::mem::replace(&mut *b, Body::Empty));
+            if body.holds_user_value() {
+                crate::unwind::drop_quietly(body);
+            }
             // The variable list stays: the next push clears it, and leaving
             // it spares a write to a line that pusher writes next anyway.
         }
@@ -405,6 +416,11 @@ pub(crate) fn failure_of(name: &'static str, outcome: std::thread::Result<Outcom
     match outcome {
         Ok(Ok(())) => None,
         Ok(Err(message)) => Some(OpError::new(name, message)),
-        Err(payload) => Some(OpError::new(name, panic_message(&*payload))),
+        Err(payload) => {
+            let failure = OpError::new(name, panic_message(&*payload));
+            // A payload's own `Drop` may panic too (`unwind.rs`).
+            crate::unwind::drop_payload(payload);
+            Some(failure)
+        }
     }
 }

@@ -210,10 +210,17 @@ impl PendingCounter {
     }
 
     /// Blocks until every operation submitted so far has finished, running
-    /// `help` while it finds work.
-    pub(crate) fn wait_zero(&self, dispatcher: &Dispatcher, helper: Helper<impl FnMut() -> bool>) {
+    /// `help` while it finds work. Gives up at `deadline`, if any; returns whether every operation
+    /// finished.
+    pub(crate) fn wait_zero_until(
+        &self,
+        dispatcher: &Dispatcher,
+        helper: Helper<impl FnMut() -> bool>,
+        deadline: Option<std::time::Instant>,
+    ) -> bool {
+        let left = || deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
         help_spin_sleep(
-            || self.all_finished(dispatcher),
+            || self.all_finished(dispatcher) || left().is_some_and(|l| l.is_zero()),
             helper,
             || {
                 let epoch = self.epoch.load(Ordering::Acquire);
@@ -222,11 +229,15 @@ impl PendingCounter {
                 // Whoever finishes the last pending operation wakes us; an
                 // undispatched one will be dispatched and finish too.
                 if !self.all_finished(dispatcher) {
-                    futex_wait(&self.epoch, epoch);
+                    match left() {
+                        None => futex_wait(&self.epoch, epoch),
+                        Some(left) => crate::sync::futex_wait_for(&self.epoch, epoch, left),
+                    }
                 }
                 self.sleepers.fetch_sub(1, Ordering::SeqCst);
             },
         );
+        self.all_finished(dispatcher)
     }
 }
 

@@ -75,7 +75,7 @@ fn steady_state(kind: EngineKind, profile: bool, stints: bool) {
     // must leave room for the whole warm-up.
     let builder = Engine::builder().kind(kind).cpu_workers(2).max_pending(4 * BATCH as u64);
     let pace = if stints { Duration::from_secs(1) } else { Duration::ZERO };
-    let engine = builder.inline_pace(pace).build().unwrap();
+    let engine = builder.inline_pace(pace).run_on_pusher(stints).build().unwrap();
     if profile {
         engine.start_profiling();
     }

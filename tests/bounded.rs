@@ -240,11 +240,13 @@ impl<'a> Held<'a> {
 fn pushes_run_inside_until_half_the_cap_has_drained() {
     const SMALL_CAP: u64 = 8;
     for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
-        // The inline pace off: this is the rule without it.
+        // Running on the pusher asked for, the inline pace off: this is the
+        // rule without the pace.
         let engine = Engine::builder()
             .kind(kind)
             .cpu_workers(1)
             .max_pending(SMALL_CAP)
+            .run_on_pusher(true)
             .inline_pace(Duration::ZERO)
             .build()
             .unwrap();
@@ -291,8 +293,14 @@ fn a_quick_pusher_goes_on_running_inside_below_half_the_cap() {
         // A thread of its own: the pace is the thread's, counted from its
         // first run inside a push.
         std::thread::spawn(move || {
-            let engine =
-                Engine::builder().kind(kind).cpu_workers(1).max_pending(SMALL_CAP).inline_pace(PACE).build().unwrap();
+            let engine = Engine::builder()
+                .kind(kind)
+                .cpu_workers(1)
+                .max_pending(SMALL_CAP)
+                .inline_pace(PACE)
+                .run_on_pusher(true)
+                .build()
+                .unwrap();
             let held = Held::new(&engine, kind);
             held.hold(SMALL_CAP as usize - 1);
             held.settle(SMALL_CAP - 1);
@@ -347,6 +355,7 @@ fn quick_pushers_on_several_threads_lose_no_body() {
             .cpu_workers(2)
             .max_pending(64)
             .inline_pace(Duration::from_millis(1))
+            .run_on_pusher(true)
             .build()
             .unwrap();
         let counts: Arc<Vec<std::sync::atomic::AtomicUsize>> =

@@ -191,7 +191,7 @@ fn matches_naive_on_one_cpu() {
 
 #[test]
 fn matches_naive_seed_from_env() {
-    // DEPENGINE_TEST_SEED=<n> reproduces a failure printed by another run.
-    let seed = std::env::var("DEPENGINE_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(7);
+    // DIFFERENTIAL_TEST_SEED=<n> reproduces a failure printed by another run.
+    let seed = std::env::var("DIFFERENTIAL_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(7);
     check_seed(seed);
 }

@@ -61,7 +61,14 @@ struct Run {
 
 impl Run {
     fn new(kind: EngineKind, pace: Duration) -> Self {
-        let engine = Engine::builder().kind(kind).cpu_workers(2).max_pending(64).inline_pace(pace).build().unwrap();
+        let engine = Engine::builder()
+            .kind(kind)
+            .cpu_workers(2)
+            .max_pending(64)
+            .inline_pace(pace)
+            .run_on_pusher(true)
+            .build()
+            .unwrap();
         let vars = (0..VARS).map(|_| engine.new_var()).collect();
         Run {
             engine,

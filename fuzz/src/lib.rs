@@ -41,7 +41,7 @@ pub fn engines() -> &'static [(&'static str, Arc<Engine>)] {
         // operations its pushes make ready itself, and stints start and
         // end from program to program.
         let stints = Engine::builder().kind(EngineKind::Pooled).cpu_workers(2).max_pending(16);
-        let stints = stints.inline_pace(std::time::Duration::from_secs(1)).build();
+        let stints = stints.inline_pace(std::time::Duration::from_secs(1)).run_on_pusher(true).build();
         let extra = [("per_device, cap 4", capped), ("pooled, stints", stints)];
         observed.chain(extra.map(|(name, engine)| (name, Arc::new(engine.expect("engine"))))).collect()
     })

@@ -255,3 +255,87 @@ fn a_push_racing_a_deletion_never_runs_after_it() {
         assert_eq!(deleted.load(Ordering::Relaxed), 1, "the deletion's callback ran");
     });
 }
+
+/// Plain data that operations share without a lock, as SPEC §1's memory
+/// guarantee allows: a loom `UnsafeCell`, whose every access loom checks
+/// for a data race (an access not ordered by happens-before with a write
+/// is reported).
+struct Plain(loom::cell::UnsafeCell<u64>);
+
+// SAFETY: every access below is ordered by the engine's scheduling rule;
+// that it is, is what these models check (loom reports any unordered pair
+// of accesses as a race).
+unsafe impl Sync for Plain {}
+
+impl Plain {
+    fn new() -> Arc<Plain> {
+        Arc::new(Plain(loom::cell::UnsafeCell::new(0)))
+    }
+
+    fn set(&self, value: u64) {
+        // SAFETY: see the `Sync` impl.
+        self.0.with_mut(|p| unsafe { *p = value })
+    }
+
+    fn get(&self) -> u64 {
+        // SAFETY: see the `Sync` impl.
+        self.0.with(|p| unsafe { *p })
+    }
+}
+
+/// The memory guarantee (SPEC §1): everything a write operation did
+/// happens-before every later operation on its variable, and before a
+/// `wait_var` that covers it returns. A write on one thread (its
+/// completion signalled there) stores into plain memory; a read pushed
+/// after it, run wherever the engine runs it, and a `wait_var` on the
+/// main thread, both load it: loom reports a data race if either access
+/// is not ordered after the store.
+#[test]
+fn a_write_happens_before_later_readers_and_the_wait() {
+    loom::model(|| {
+        let engine = naive();
+        let v = engine.new_var();
+        let data = Plain::new();
+        let d = data.clone();
+        let t = push_foreign_write(&engine, v, move |done| {
+            d.set(7);
+            done.signal();
+        });
+        let (d, seen) = (data.clone(), Arc::new(AtomicU64::new(0)));
+        let s = seen.clone();
+        engine.push_sync(move |_| s.store(d.get(), Ordering::Relaxed), &[v], &[]).expect("push the reader");
+        engine.wait_var(v).expect("the write succeeded");
+        assert_eq!(data.get(), 7, "the wait sees the write");
+        // The completion made the reader ready, and the naive engine ran
+        // it on the completion's thread, before the signal returned.
+        t.join().unwrap();
+        assert_eq!(seen.load(Ordering::Relaxed), 7, "the reader saw the write");
+    });
+}
+
+/// The same for `wait_all` and for a write after reads: a read on another
+/// thread, then a write pushed behind it (which must not run before the
+/// read's load is done), then `wait_all`.
+#[test]
+fn reads_happen_before_the_next_write_and_wait_all() {
+    loom::model(|| {
+        let engine = naive();
+        let v = engine.new_var();
+        let data = Plain::new();
+        let seen = Arc::new(AtomicU64::new(u64::MAX));
+        let (d, s) = (data.clone(), seen.clone());
+        let (tx, rx) = loom::sync::mpsc::channel::<Completion>();
+        engine.push_async(move |_, done| tx.send(done).unwrap(), &[v], &[]).expect("push the read");
+        let done = rx.recv().unwrap();
+        let reader = loom::thread::spawn(move || {
+            s.store(d.get(), Ordering::Relaxed);
+            done.signal();
+        });
+        let d = data.clone();
+        engine.push_sync(move |_| d.set(9), &[], &[v]).expect("push the write");
+        engine.wait_all().expect("both succeeded");
+        assert_eq!(data.get(), 9, "wait_all sees the write");
+        assert_eq!(seen.load(Ordering::Relaxed), 0, "the read ran before the write");
+        reader.join().unwrap();
+    });
+}

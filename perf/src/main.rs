@@ -3,7 +3,10 @@
 //!
 //! ```text
 //! cargo run --release -p depengine-perf -- [options]
-//!   --engines naive,pooled     engines to run (default: all)
+//!   --engines naive,pooled     engines to run: naive, pooled, per_device, and
+//!                              pooled+pusher, per_device+pusher (running on the
+//!                              pusher, `EngineBuilder::run_on_pusher`); default:
+//!                              naive,pooled,per_device,per_device+pusher
 //!   --workloads a,b,…          throughput workloads and/or pingpong (default: all)
 //!   --w 0,1000                 body weights (default: 0,1000)
 //!   --n N                      operations (default: 1,000,000 at W=0, 100,000 otherwise)
@@ -74,6 +77,47 @@ mod turns;
 mod workloads;
 
 use depengine::{Engine, EngineBuilder, EngineKind, Var};
+
+/// One of our engines as the harness runs it: a kind, and whether its
+/// pushes may run bodies on the pushing thread below the pending cap
+/// (`EngineBuilder::run_on_pusher`, off by default: `per_device+pusher`
+/// is the opt-in, side by side with the default).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Ours {
+    kind: EngineKind,
+    on_pusher: bool,
+}
+
+impl Ours {
+    /// Every engine and mode the harness knows, in table order.
+    const ALL: [Ours; 5] = [
+        Ours { kind: EngineKind::Naive, on_pusher: false },
+        Ours { kind: EngineKind::Pooled, on_pusher: false },
+        Ours { kind: EngineKind::PerDevice, on_pusher: false },
+        Ours { kind: EngineKind::Pooled, on_pusher: true },
+        Ours { kind: EngineKind::PerDevice, on_pusher: true },
+    ];
+
+    /// What runs by default: every engine, and per_device in both modes.
+    const DEFAULT: [Ours; 4] = [Self::ALL[0], Self::ALL[1], Self::ALL[2], Self::ALL[4]];
+
+    fn name(self) -> &'static str {
+        match (self.kind, self.on_pusher) {
+            (EngineKind::Naive, _) => "naive",
+            (EngineKind::Pooled, false) => "pooled",
+            (EngineKind::Pooled, true) => "pooled+pusher",
+            (_, false) => "per_device",
+            (_, true) => "per_device+pusher",
+        }
+    }
+
+    fn parse(s: &str) -> Result<Ours, String> {
+        Self::ALL.into_iter().find(|o| o.name() == s).ok_or_else(|| {
+            let names: Vec<&str> = Self::ALL.iter().map(|o| o.name()).collect();
+            format!("unknown engine {s:?} (one of {})", names.join(", "))
+        })
+    }
+}
 use measure::{allocations, cpu_shares, cpus, machine, median, peak_rss_mb, reset_peak_rss, thread_cpu, CountingAlloc};
 use probe::{probe, round_trip_ns, MachineState};
 use std::fmt::Write as _;
@@ -85,7 +129,7 @@ use workloads::{Workload, THROUGHPUT};
 static GLOBAL: CountingAlloc = CountingAlloc;
 
 struct Options {
-    engines: Vec<EngineKind>,
+    engines: Vec<Ours>,
     workloads: Vec<String>,
     weights: Vec<u32>,
     n: Option<usize>,
@@ -119,7 +163,7 @@ fn usage(msg: &str) -> ! {
 
 fn parse_args() -> Options {
     let mut o = Options {
-        engines: EngineKind::ALL.to_vec(),
+        engines: Ours::DEFAULT.to_vec(),
         workloads: THROUGHPUT.iter().map(|s| s.to_string()).chain(["pingpong".to_string()]).collect(),
         weights: vec![0, 1000],
         n: None,
@@ -146,10 +190,7 @@ fn parse_args() -> Options {
     while let Some(a) = args.next() {
         let mut val = || args.next().unwrap_or_else(|| usage(&format!("{a} needs a value")));
         match a.as_str() {
-            "--engines" => {
-                o.engines =
-                    val().split(',').map(|s| EngineKind::parse(s).unwrap_or_else(|e| usage(&e.to_string()))).collect()
-            }
+            "--engines" => o.engines = val().split(',').map(|s| Ours::parse(s).unwrap_or_else(|e| usage(&e))).collect(),
             "--workloads" => o.workloads = val().split(',').map(str::to_owned).collect(),
             "--w" => o.weights = val().split(',').map(|s| s.parse().unwrap_or_else(|_| usage("bad --w"))).collect(),
             "--n" => o.n = Some(val().parse().unwrap_or_else(|_| usage("bad --n"))),
@@ -204,11 +245,11 @@ fn parse_args() -> Options {
     o
 }
 
-fn build_engine(kind: EngineKind, row: &str, o: &Options) -> Engine {
+fn build_engine(kind: Ours, row: &str, o: &Options) -> Engine {
     // The DEPENGINE_* variables apply (e.g. DEPENGINE_MAX_PENDING); the
     // harness's own options override them.
     let base = EngineBuilder::from_env().unwrap_or_else(|e| usage(&format!("DEPENGINE_* environment: {e}")));
-    let mut b = base.kind(kind).cpu_workers(o.threads).pin(o.pin);
+    let mut b = base.kind(kind.kind).cpu_workers(o.threads).pin(o.pin).run_on_pusher(kind.on_pusher);
     if let Some(us) = o.spin_us {
         b = b.spin(Duration::from_micros(us));
     }
@@ -269,7 +310,7 @@ struct FloorRound {
     round_trips: Option<[f64; 2]>,
 }
 
-fn throughput(kind: EngineKind, wl: &Workload, w: u32, o: &Options) -> Row {
+fn throughput(kind: Ours, wl: &Workload, w: u32, o: &Options) -> Row {
     let engine = build_engine(kind, &format!("{}-w{w}", wl.name), o);
     let vars: Vec<Var> = (0..wl.vars).map(|_| engine.new_var()).collect();
     engine.set_bulk_size(o.bulk).expect("bulk size");
@@ -342,7 +383,7 @@ fn timed_rep(engine: &Engine, wl: &Workload, vars: &[Var], w: u32) -> f64 {
 /// in turn, the order swapped from one pair to the next so that a drift
 /// of the host's speed weighs on both. Each on an engine of its own, as
 /// in its row. Returns each pair's ratio, in order.
-fn chain_over_nodeps(kind: EngineKind, o: &Options) -> Vec<f64> {
+fn chain_over_nodeps(kind: Ours, o: &Options) -> Vec<f64> {
     let n = ops_per_row(o, 0);
     let side = |name: &str| {
         let wl = Workload::build(name, n).expect("workload");
@@ -366,7 +407,7 @@ fn chain_over_nodeps(kind: EngineKind, o: &Options) -> Vec<f64> {
         .collect()
 }
 
-fn pingpong(kind: EngineKind, o: &Options) -> Row {
+fn pingpong(kind: Ours, o: &Options) -> Row {
     let engine = build_engine(kind, "pingpong", o);
     let v = engine.new_var();
     let count = if o.quick { 2_000 } else { 100_000 };

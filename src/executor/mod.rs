@@ -50,15 +50,17 @@ impl Drop for AbortOnUnwind {
 pub(crate) struct WorkerThreads(Mutex<Vec<JoinHandle<()>>>);
 
 impl WorkerThreads {
-    /// Starts a worker thread named `name` running `work`.
-    pub(crate) fn spawn(&self, name: String, work: impl FnOnce() + Send + 'static) {
-        let handle = std::thread::Builder::new().name(name).spawn(work).expect("failed to spawn a depengine worker");
-        self.0.lock().expect("thread list poisoned").push(handle);
+    /// Starts a worker thread named `name` running `work`; the OS's error
+    /// if it cannot (the caller then stops the executor).
+    pub(crate) fn spawn(&self, name: String, work: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
+        let handle = std::thread::Builder::new().name(name).spawn(work)?;
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(handle);
+        Ok(())
     }
 
     /// Joins every worker started so far (they must have been told to stop).
     pub(crate) fn join_all(&self) {
-        let threads = std::mem::take(&mut *self.0.lock().expect("thread list poisoned"));
+        let threads = std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()));
         for t in threads {
             let _ = t.join();
         }
@@ -70,8 +72,10 @@ impl WorkerThreads {
 /// `GpuExecutor` (`gpu/rings.rs`) wraps a CPU executor and must forward
 /// each question below that has a default answer; its test lists them.
 pub(crate) trait Executor: Send + Sync {
-    /// Starts the executor's threads (each holds the core).
-    fn start(&self, core: &Arc<Core>);
+    /// Starts the executor's threads (each holds the core). On an error
+    /// (a thread the OS would not start) the threads started so far keep
+    /// running: the caller stops the executor with [`stop`](Self::stop).
+    fn start(&self, core: &Arc<Core>) -> std::io::Result<()>;
 
     /// `op` is ready; the executor must eventually call `core.run(op, …)`
     /// exactly once.

@@ -13,7 +13,9 @@ use std::sync::Arc;
 pub(crate) struct NaiveExecutor;
 
 impl Executor for NaiveExecutor {
-    fn start(&self, _core: &Arc<Core>) {}
+    fn start(&self, _core: &Arc<Core>) -> std::io::Result<()> {
+        Ok(())
+    }
 
     fn schedule(&self, core: &Core, op: u32, _prop: FnProperty) {
         run_inline(core, op);

@@ -623,18 +623,19 @@ impl Shared {
 }
 
 impl Executor for PerDeviceExecutor {
-    fn start(&self, core: &Arc<Core>) {
+    fn start(&self, core: &Arc<Core>) -> std::io::Result<()> {
         // Start-up only: the mutex guards the deques, not the hot path.
-        let deques = std::mem::take(&mut *self.deques.lock().expect("deque list poisoned"));
+        let deques = std::mem::take(&mut *self.deques.lock().unwrap_or_else(|p| p.into_inner()));
         let cpu = deques.len();
         for (id, deque) in deques.into_iter().enumerate() {
             let (core, shared) = (core.clone(), self.shared.clone());
-            self.threads.spawn(format!("depengine-cpu-{id}"), move || shared.work(&core, id, deque));
+            self.threads.spawn(format!("depengine-cpu-{id}"), move || shared.work(&core, id, deque))?;
         }
         for i in 0..self.shared.priority_workers {
             let (core, shared) = (core.clone(), self.shared.clone());
-            self.threads.spawn(format!("depengine-prio-{i}"), move || shared.serve_priority(&core, cpu + i));
+            self.threads.spawn(format!("depengine-prio-{i}"), move || shared.serve_priority(&core, cpu + i))?;
         }
+        Ok(())
     }
 
     fn movable_workers_fill_cpus(&self) -> bool {

@@ -289,14 +289,15 @@ impl PooledExecutor {
 }
 
 impl Executor for PooledExecutor {
-    fn start(&self, core: &Arc<Core>) {
+    fn start(&self, core: &Arc<Core>) -> std::io::Result<()> {
         for (kind, pool) in [("cpu", &self.normal), ("copy", &self.copy)] {
             for i in 0..pool.workers {
                 let (core, pool) = (core.clone(), pool.clone());
                 let id = pool.first_worker_id + i;
-                self.threads.spawn(format!("depengine-{kind}-{i}"), move || pool.work(&core, id));
+                self.threads.spawn(format!("depengine-{kind}-{i}"), move || pool.work(&core, id))?;
             }
         }
+        Ok(())
     }
 
     fn schedule(&self, core: &Core, op: u32, prop: FnProperty) {

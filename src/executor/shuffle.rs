@@ -119,11 +119,12 @@ impl ShuffleExecutor {
 }
 
 impl Executor for ShuffleExecutor {
-    fn start(&self, core: &Arc<Core>) {
+    fn start(&self, core: &Arc<Core>) -> std::io::Result<()> {
         for id in 0..self.workers {
             let (core, shared) = (core.clone(), self.shared.clone());
-            self.threads.spawn(format!("depengine-shuffle-{id}"), move || shared.work(&core, id));
+            self.threads.spawn(format!("depengine-shuffle-{id}"), move || shared.work(&core, id))?;
         }
+        Ok(())
     }
 
     fn schedule(&self, core: &Core, op: u32, _prop: FnProperty) {

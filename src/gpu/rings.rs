@@ -180,15 +180,16 @@ impl GpuRings {
         &self.devices[device as usize].pools[ring]
     }
 
-    fn start(self: &Arc<Self>, core: &Arc<Core>) {
+    fn start(self: &Arc<Self>, core: &Arc<Core>) -> std::io::Result<()> {
         for (lane, l) in self.lanes.iter().enumerate() {
             let (core, pool) = (core.clone(), self.devices[l.device as usize].pools[l.ring].clone());
             let id = self.first_worker_id + lane;
             self.threads.spawn(format!("depengine-gpu{}-{}-{}", l.device, RINGS[l.ring], l.index), move || {
                 LANE.with(|cell| cell.set(lane));
                 pool.work(&core, id);
-            });
+            })?;
         }
+        Ok(())
     }
 
     fn stop(&self) {
@@ -296,9 +297,9 @@ impl GpuExecutor {
 }
 
 impl Executor for GpuExecutor {
-    fn start(&self, core: &Arc<Core>) {
-        self.cpu.start(core);
-        self.rings.start(core);
+    fn start(&self, core: &Arc<Core>) -> std::io::Result<()> {
+        self.cpu.start(core)?;
+        self.rings.start(core)
     }
 
     fn schedule(&self, core: &Core, op: u32, prop: FnProperty) {
@@ -378,7 +379,9 @@ mod tests {
     struct Contrary;
 
     impl Executor for Contrary {
-        fn start(&self, _core: &Arc<Core>) {}
+        fn start(&self, _core: &Arc<Core>) -> std::io::Result<()> {
+            Ok(())
+        }
         fn schedule(&self, _core: &Core, _op: u32, _prop: FnProperty) {
             unreachable!("not scheduled in this test")
         }

@@ -34,7 +34,7 @@ pub fn engine_of(kind: EngineKind, workers: Option<usize>) -> Engine {
 /// every pusher is quick enough to probe. `workers` as for [`engine_of`].
 pub fn stint_engine_of(kind: EngineKind, workers: Option<usize>) -> Engine {
     let builder = with_workers(Engine::builder().kind(kind), workers).max_pending(16);
-    builder.inline_pace(Duration::from_secs(1)).build().expect("engine")
+    builder.inline_pace(Duration::from_secs(1)).run_on_pusher(true).build().expect("engine")
 }
 
 fn with_workers(builder: EngineBuilder, workers: Option<usize>) -> EngineBuilder {

@@ -13,13 +13,20 @@
 //! | `DEPENGINE_SPIN_US` | [`EngineBuilder::spin`] | 50 µs |
 //! | `DEPENGINE_CANCEL_ON_DROP` | [`EngineBuilder::cancel_on_drop`] | `0` |
 //! | `DEPENGINE_MAX_PENDING` | [`EngineBuilder::max_pending`] | 1024 (`0`: no cap) |
-//! | `DEPENGINE_INLINE_PACE_NS` | [`EngineBuilder::inline_pace`] | 50 ns (`0`: off) |
+//! | `DEPENGINE_RUN_ON_PUSHER` | [`EngineBuilder::run_on_pusher`] | `0` (off) |
+//! | `DEPENGINE_INLINE_PACE_NS` | [`EngineBuilder::inline_pace`] (with running on the pusher on) | 50 ns (`0`: off) |
 //! | `DEPENGINE_SHUFFLE_SEED` | [`EngineBuilder::shuffle_seed`] | unset (off) |
 //! | `DEPENGINE_SHUFFLE_WORKERS` | [`EngineBuilder::shuffle_workers`] | 0 |
 //! | `DEPENGINE_PROFILE` | [`EngineBuilder::profile`] | unset (off) |
 //! | `DEPENGINE_PROFILE_EVENTS` | [`EngineBuilder::profile_events`] | 32768 per lane |
 //! | `DEPENGINE_HANG_REPORT_MS` | [`EngineBuilder::hang_report`] | unset (off) |
 //! | `DEPENGINE_MEMBARRIER` | none: read once per process, at the first engine's build ([`membarrier_in_use`](crate::membarrier_in_use)) | `1` where the kernel has it (`0`: SeqCst fences) |
+//!
+//! Only [`EngineBuilder::from_env`] reads these (and so [`Engine::from_env`]
+//! and [`Engine::global`], which start from it); [`Engine::builder`] starts
+//! from the defaults. Any other variable named `DEPENGINE_*` is refused as
+//! a misspelling. Every value, from a variable or a method, either builds a
+//! working engine or is refused with [`EngineError::Config`].
 
 use crate::diagnose::{HangHandler, HangReport};
 use crate::engine::Engine;
@@ -391,7 +398,8 @@ impl EngineBuilder {
     /// block and no queue, as libgomp runs an undeferred task: queuing it
     /// would only send it to another core and then wait (`nodeps` at W=0
     /// about 2.3 times as fast; PERF.md, "…, second round" and "…, fifth
-    /// round"). Once one has run so, such pushes go on running inside
+    /// round"). With [`run_on_pusher`](Self::run_on_pusher) on (not the
+    /// default), once one has run so, such pushes go on running inside
     /// themselves until the workers have drained the pending count to half
     /// the cap (`nodeps` at W=0 about a fifth faster again; PERF.md,
     /// "2026-11-27, sixth session"), and past that for as long as the

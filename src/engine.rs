@@ -246,14 +246,12 @@ impl Engine {
     // ----- pushes ----------------------------------------------------------
 
     /// Pushes `body`, which reads `reads` and writes `writes`, with default
-    /// options; returns at once, unless the pending cap holds the pushing
-    /// thread, or has it run a body with no variables inside the push, or
-    /// a stint has it run the body inside the push since it conflicts with
-    /// nothing pending
-    /// ([`EngineBuilder::max_pending`](crate::EngineBuilder::max_pending),
-    /// [`EngineBuilder::inline_pace`](crate::EngineBuilder::inline_pace)).
-    /// A body must therefore not wait for something that its pushing
-    /// thread will only do after the push.
+    /// options. It returns without running the body, unless the pending cap
+    /// holds the pushing thread (at the cap a body with no variables may
+    /// run inside the push, [`EngineBuilder::max_pending`](crate::EngineBuilder::max_pending)),
+    /// or running on the pusher was asked for
+    /// ([`EngineBuilder::run_on_pusher`](crate::EngineBuilder::run_on_pusher),
+    /// whose hazard that method states).
     /// The body may return `()` or a `Result`.
     ///
     /// ```

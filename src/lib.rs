@@ -9,7 +9,19 @@
 //! operation is a function plus the variables it **reads** and the ones it
 //! **writes**. The one rule: *two operations that touch the same variable,
 //! where at least one writes it, run in the order they were pushed.*
-//! Everything else may run in parallel. Every push returns at once.
+//! Everything else may run in parallel. A push returns without running
+//! its body: by default a push never runs a synchronous body on the pushing
+//! thread below the pending cap, so a body may wait for something its
+//! pusher does after the push ([`EngineBuilder::run_on_pusher`] is the
+//! opt-in that trades this for speed on tiny bodies).
+//!
+//! **Memory.** Everything an operation did happens-before every later
+//! operation that conflicts with it (the same variable, one of them
+//! writing), and before a [`Engine::wait_var`], [`Engine::wait_to_write`]
+//! or [`Engine::wait_all`] that covers it returns. So bodies may share plain
+//! data guarded by a variable without a lock or atomics of their own: the
+//! engine's ordering is the synchronisation (checked with loom models,
+//! `loom_tests/tests/engine.rs`).
 //!
 //! ```
 //! use depengine::{Engine, EngineKind};
@@ -75,9 +87,21 @@
 //! walk through the code.
 //!
 //! A thread that helps (one blocked in a wait, or on some engines a pusher
-//! above the cap) may run any ready operation, so a body must not wait for
-//! something its pushing thread only does later;
-//! [`EngineBuilder::max_pending`] says more.
+//! at the cap) may run any ready operation, so a body must not wait for
+//! something its pushing thread only does later while that thread waits
+//! on the engine; [`EngineBuilder::max_pending`] says more.
+//!
+//! ## Robustness
+//!
+//! No safe program can cause undefined behaviour or abort the process
+//! through the engine: a body, a deletion callback or an operator that
+//! panics fails its operation; a panic payload or a captured value whose
+//! `Drop` panics is dropped inside the engine's guard; a body may drop the
+//! last handle of its own engine (the shutdown then finishes on a thread of
+//! its own); a builder value out of range is an [`EngineError::Config`], a
+//! thread the OS will not start an [`EngineError::Spawn`].
+//! `tests/hardening.rs` holds a test for each, and CI runs the suite under
+//! AddressSanitizer, ThreadSanitizer and Miri (`.ci/run`).
 //!
 //! ## Seeing what it did
 //!

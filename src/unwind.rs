@@ -80,6 +80,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(miri, ignore = "leaks the end of the chain by design")]
     fn a_chain_of_panicking_payloads_is_dropped_or_leaked_never_escapes() {
         DROPS.store(0, Ordering::Relaxed);
         assert!(drop_quietly(Bomb(3)));

@@ -278,6 +278,37 @@ fn pushes_run_inside_until_half_the_cap_has_drained() {
     }
 }
 
+/// The default contract: below the pending cap a push never runs its body
+/// on the pushing thread. At the cap a push with no variables may (the
+/// pusher would wait there anyway); once the count is below the cap again,
+/// even right after such a run, pushes are queued.
+#[test]
+fn by_default_a_push_below_the_cap_never_runs_its_body_inside() {
+    const SMALL_CAP: u64 = 8;
+    for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
+        let engine = Engine::builder().kind(kind).cpu_workers(1).max_pending(SMALL_CAP).build().unwrap();
+        let held = Held::new(&engine, kind);
+        let pusher = std::thread::current().id();
+        let ran_on: Arc<Mutex<Vec<(&str, ThreadId)>>> = Arc::default();
+        let inside = |name: &'static str| {
+            let r = ran_on.clone();
+            engine.push_sync(move |_| r.lock().unwrap().push((name, std::thread::current().id())), &[], &[]).unwrap();
+            ran_on.lock().unwrap().contains(&(name, pusher))
+        };
+        held.hold(SMALL_CAP as usize - 1);
+        held.settle(SMALL_CAP - 1);
+        assert!(inside("at the cap"), "{kind:?}: at the cap the pusher helps");
+        for (released, name) in [(2, "just below the cap"), (2, "at half the cap"), (2, "far below")] {
+            held.release(released);
+            let pending = engine.pending();
+            assert!(!inside(name), "{kind:?}: ran on the pusher {name} ({pending} pending)");
+        }
+        held.release_all();
+        engine.wait_all().unwrap();
+        assert_eq!(ran_on.lock().unwrap().len(), 4, "{kind:?}");
+    }
+}
+
 /// Below half the cap, a thread whose runs inside its pushes come faster
 /// than the inline pace goes on running its pushes with no variables inside
 /// them, even with nothing pending; once two windows of its runs

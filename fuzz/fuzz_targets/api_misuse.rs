@@ -3,7 +3,10 @@
 //! deleted and foreign variables, GPU contexts that do not exist, waits
 //! from inside an operation on a variable it holds (and `wait_all` /
 //! `shutdown` from inside any operation), pushes after shutdown, operators
-//! over deleted variables, bulking across all of it.
+//! over deleted variables, bulking across all of it; and user code that
+//! panics where the engine drops it (a panic payload whose `Drop` panics,
+//! captures that panic when dropped unrun) or drops the last handle of its
+//! own engine from a body.
 //!
 //! Each call's result is checked against what the documentation promises
 //! (an error of the right kind exactly when the input is bad); nothing may
@@ -19,7 +22,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 /// Variable handles one input keeps at most (live and deleted).
 const MAX_VARS: usize = 8;
 
-#[derive(Arbitrary, Debug)]
+#[derive(Arbitrary, Debug, Clone, Copy)]
 enum Call {
     NewVar,
     DeleteVar(u8),
@@ -31,6 +34,8 @@ enum Call {
         gpu: bool,
         foreign: bool,
         fail: bool,
+        /// 1: the closure captures a [`Bomb`]; 2: the body panics with one.
+        bomb: u8,
     },
     WaitVar(u8),
     WaitToWrite(u8),
@@ -55,6 +60,41 @@ enum Call {
     FlushBulk,
     Shutdown,
     ShutdownCancel,
+    /// The program's handle goes into a body pushed on a variable, which
+    /// drops it: the last handle dropped inside the engine's own operation.
+    /// Ends the input for this engine.
+    DropEngineInBody(u8),
+}
+
+/// A value whose `Drop` panics, with another `Bomb` as the payload while
+/// `0` is above zero (so that dropping the payload panics too).
+struct Bomb(u8);
+
+/// The payload of the last `Bomb` in a chain.
+struct BombWentOff;
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        if self.0 > 0 {
+            std::panic::panic_any(Bomb(self.0 - 1));
+        }
+        std::panic::panic_any(BombWentOff);
+    }
+}
+
+/// libfuzzer-sys aborts on every panic, caught or not; a `Bomb`'s panics
+/// are the input's own, which the engine must survive, so they pass.
+fn let_bombs_through() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let p = info.payload();
+            if !(p.is::<Bomb>() || p.is::<BombWentOff>()) {
+                previous(info);
+            }
+        }));
+    });
 }
 
 /// A variable of an engine nobody else uses.
@@ -150,7 +190,9 @@ impl World {
                 }
                 self.vars[h].1 |= result.is_ok() || deleted;
             }
-            Call::Push { reads, writes, asynchronous, gpu, foreign, fail } => {
+            Call::Push { reads, writes, asynchronous, gpu, foreign, fail, bomb } => {
+                let captured = (bomb % 3 == 1).then(|| Bomb(1));
+                let panics = bomb % 3 == 2;
                 let (r, w) = (self.pick(reads), self.pick(writes));
                 let mut read_vars: Vec<Var> = r.iter().map(|&h| self.vars[h].0).collect();
                 let write_vars: Vec<Var> = w.iter().map(|&h| self.vars[h].0).collect();
@@ -160,14 +202,34 @@ impl World {
                 let opts = PushOpts::new().name("misuse").ctx(if gpu { Context::Gpu(0) } else { Context::cpu() });
                 let result = if asynchronous {
                     engine.push_async_with(
-                        move |_, done| if fail { done.fail("asked to fail") } else { done.signal() },
+                        move |_, done| {
+                            let _keep = captured;
+                            if panics {
+                                std::panic::panic_any(Bomb(1));
+                            }
+                            if fail {
+                                done.fail("asked to fail")
+                            } else {
+                                done.signal()
+                            }
+                        },
                         &read_vars,
                         &write_vars,
                         opts,
                     )
                 } else {
                     engine.push_sync_with(
-                        move |_| if fail { Err("asked to fail") } else { Ok(()) },
+                        move |_| {
+                            let _keep = captured;
+                            if panics {
+                                std::panic::panic_any(Bomb(1));
+                            }
+                            if fail {
+                                Err("asked to fail")
+                            } else {
+                                Ok(())
+                            }
+                        },
                         &read_vars,
                         &write_vars,
                         opts,
@@ -268,6 +330,7 @@ impl World {
                     expect(kind, "flush_bulk", &result, true, &[]);
                 }
             }
+            Call::DropEngineInBody(_) => unreachable!("handled by the input's loop"),
             Call::Shutdown | Call::ShutdownCancel => {
                 let result = if let Call::Shutdown = call { engine.shutdown() } else { engine.shutdown_cancel() };
                 expect(kind, "shutdown", &result, true, &[]);
@@ -302,15 +365,39 @@ impl World {
     }
 }
 
+/// Ends the input with the program's last handle dropped inside a body
+/// pushed on handle `i` (or with no variables): the engine must finish its
+/// work and shut down on its own, and nothing may crash meanwhile.
+fn drop_engine_in_body(world: World, i: u8) {
+    let World { engine, vars, ops, .. } = world;
+    let var: Vec<Var> =
+        vars.iter().filter(|(_, deleted)| !deleted).map(|&(v, _)| v).cycle().nth(i as usize).into_iter().collect();
+    drop(ops);
+    let mine = engine.clone();
+    // Refused (after shutdown, or the variable deleted meanwhile): the
+    // closure, and the handle in it, are dropped here instead.
+    let _ = engine.push_sync(move |_| drop(mine), &[], &var);
+}
+
 fuzz_target!(|calls: Vec<Call>| {
+    let_bombs_through();
     let calls = &calls[..calls.len().min(64)];
     for kind in EngineKind::ALL {
         let engine = Arc::new(Engine::builder().kind(kind).cpu_workers(2).build().expect("engine"));
         let mut world =
-            World { kind, engine, vars: Vec::new(), ops: Vec::new(), shut: false, violations: Arc::default() };
+            Some(World { kind, engine, vars: Vec::new(), ops: Vec::new(), shut: false, violations: Arc::default() });
         for call in calls {
-            world.call(call);
+            match (*call, world.take()) {
+                (Call::DropEngineInBody(i), Some(w)) => drop_engine_in_body(w, i),
+                (_, Some(mut w)) => {
+                    w.call(call);
+                    world = Some(w);
+                }
+                (_, None) => break,
+            }
         }
-        world.finish();
+        if let Some(w) = world {
+            w.finish();
+        }
     }
 });

@@ -16,7 +16,7 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use depengine::{Completion, Engine, EngineError, FnProperty, PushOpts, RunContext, Var};
-use depengine_fuzz::{engines, mix, on_foreign_thread, INTENDED_PANIC};
+use depengine_fuzz::{engines, mix, on_foreign_thread, PanicsWhenDropped, INTENDED_PANIC};
 use libfuzzer_sys::fuzz_target;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -65,6 +65,10 @@ struct OpSpec {
     no_skip: bool,
     /// A nested push from the body: bit masks over the nested variables.
     nested: Option<(u8, u8)>,
+    /// Bit 0: a synchronous body captures a [`PanicsWhenDropped`] (dropped
+    /// when the body ends, or unrun when skipped or cancelled); bit 1: a
+    /// panicking body panics with one as its payload.
+    bomb: u8,
 }
 
 #[derive(Arbitrary, Debug, Clone)]
@@ -228,20 +232,29 @@ impl Run {
             opts = opts.no_skip();
         }
         let (run, outcome, nested) = (self.clone(), Outcome::of(spec.outcome), spec.nested);
+        // Not in a body that panics: dropped while it unwinds, it would
+        // panic during a panic, which aborts any Rust program.
+        let captured = spec.bomb & 1 != 0 && !matches!(outcome, Outcome::Panic);
+        let panic_payload = spec.bomb & 2 != 0;
         match spec.runs {
-            Runs::Sync => self.engine.push_sync_with(
-                move |ctx: &RunContext| {
-                    run.top_work(step, ctx.ticket(), &read_cells, &write_cells, nested);
-                    match outcome {
-                        Outcome::Succeed | Outcome::DropCompletion => Ok(()),
-                        Outcome::ReturnErr => Err(Self::fail_message(step)),
-                        Outcome::Panic => panic!("{INTENDED_PANIC} #{step}"),
-                    }
-                },
-                &read_vars,
-                &write_vars,
-                opts,
-            ),
+            Runs::Sync => {
+                let bomb = captured.then(|| PanicsWhenDropped(1));
+                self.engine.push_sync_with(
+                    move |ctx: &RunContext| {
+                        let _dropped_at_the_end = bomb;
+                        run.top_work(step, ctx.ticket(), &read_cells, &write_cells, nested);
+                        match outcome {
+                            Outcome::Succeed | Outcome::DropCompletion => Ok(()),
+                            Outcome::ReturnErr => Err(Self::fail_message(step)),
+                            Outcome::Panic if panic_payload => std::panic::panic_any(PanicsWhenDropped(1)),
+                            Outcome::Panic => panic!("{INTENDED_PANIC} #{step}"),
+                        }
+                    },
+                    &read_vars,
+                    &write_vars,
+                    opts,
+                )
+            }
             Runs::AsyncInBody => self.engine.push_async_with(
                 move |ctx, done| {
                     run.top_work(step, ctx.ticket(), &read_cells, &write_cells, nested);

@@ -96,9 +96,15 @@ impl WorkerPool {
     }
 
     /// A worker of this pool keeps `op` in its free successor slot;
-    /// returns whether it did.
-    fn keep_as_successor(&self, op: u32) -> bool {
-        if self.is_current() && NEXT.with(|n| n.get()) == NIL {
+    /// returns whether it did. Not an operation pushed from a body of
+    /// `core`: the slot is this worker's alone, and the body may block its
+    /// worker until that operation has run (on another worker, which the
+    /// ring wakes).
+    fn keep_as_successor(&self, core: &Core, op: u32) -> bool {
+        if self.is_current()
+            && NEXT.with(|n| n.get()) == NIL
+            && !crate::core::CURRENT_OP.with(|c| std::ptr::eq(c.get().0, core))
+        {
             NEXT.with(|n| n.set(op));
             return true;
         }
@@ -106,7 +112,7 @@ impl WorkerPool {
     }
 
     fn schedule(&self, core: &Core, op: u32) {
-        if self.keep_as_successor(op) {
+        if self.keep_as_successor(core, op) {
             return;
         }
         if let Err(op) = push_and_wake(&self.ring, op, |for_waiter| self.counters.wake_one(&self.sleep, for_waiter)) {
@@ -119,7 +125,7 @@ impl WorkerPool {
     /// of the pool runs `op` itself and any other thread waits for room.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     pub(crate) fn schedule_here(&self, core: &Core, op: u32) {
-        if self.keep_as_successor(op) {
+        if self.keep_as_successor(core, op) {
             return;
         }
         let mut op = op;

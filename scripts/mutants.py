@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""Mutation testing of the engine's core: plants one plausible one-line bug
+at a time and says which check catches it.
+
+    scripts/mutants.py                  every mutant against the real-thread suite
+    scripts/mutants.py --loom           ... and, for those it misses, the loom models
+    scripts/mutants.py --only NAME,...  some of them
+    scripts/mutants.py --list           the mutants
+
+For each mutant the script edits one file (the exact text below must be
+found once, so a mutant that no longer applies is reported as stale, not
+silently skipped), runs `cargo test -p depengine --lib --tests` with a
+deadline (a hang counts as caught: CI's own timeout would fail it), then
+restores the file. With --loom, a mutant the suite missed runs the loom
+models too (loom_tests/run.sh). The score is caught / applied.
+
+A mutant caught only by loom or ThreadSanitizer is one that x86's strong
+memory order hides from real threads (the weakened publishing swap).
+"""
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# name, file, original text, mutated text, what the bug is.
+MUTANTS = [
+    ("var_queue_append_swap_relaxed", "src/var_queue.rs",
+     "let was = s.status.swap(if write { WRITE } else { READ }, Ordering::AcqRel);",
+     "let was = s.status.swap(if write { WRITE } else { READ }, Ordering::Relaxed);",
+     "the append's publishing swap is weakened to Relaxed"),
+    ("pool_aba_tag_dropped", "src/pool.rs",
+     "let new = ((head >> 32).wrapping_add(1) << 32) | next as u64;",
+     "let new = ((head >> 32) << 32) | next as u64;",
+     "the free list's ABA tag is no longer bumped by take"),
+    ("dispatcher_release_without_recheck", "src/dispatch.rs",
+     "            barrier::light();\n            if self.stack.load(Ordering::Relaxed) == NIL {",
+     "            barrier::light();\n            if true {",
+     "a combiner lets go without looking at the stack again"),
+    ("dispatcher_delegation_without_heavy_barrier", "src/dispatch.rs",
+     "        barrier::heavy();\n        // `busy` held: its holder sees our link",
+     "        // `busy` held: its holder sees our link",
+     "a delegated push skips the heavy barrier before it looks at `busy`"),
+    ("park_without_recheck", "src/executor/park.rs",
+     "let sleep = !has_work();",
+     "let sleep = { let _ = &has_work; true };",
+     "a worker parks without re-checking for work"),
+    ("nested_push_wakes_nobody", "src/executor/per_device.rs",
+     "if had_work || in_body {",
+     "if had_work {",
+     "a push from a body onto its worker's deque wakes nobody"),
+    ("wait_all_ignores_delegated_pushes", "src/wait.rs",
+     "dispatcher.undispatched() == 0 && dispatcher.dispatched() == finished",
+     "dispatcher.dispatched() == finished",
+     "wait_all does not count pushes still on the dispatcher's stack"),
+    ("wait_to_write_ignores_reads", "src/var_queue.rs",
+     "            READING => !write,",
+     "            READING => true,",
+     "a write is granted at once while reads run"),
+    ("version_not_bumped", "src/var.rs",
+     "version.store(version.load(Ordering::Relaxed) + 1, Ordering::Release);",
+     "version.store(version.load(Ordering::Relaxed), Ordering::Release);",
+     "a completed write leaves the version unchanged"),
+    ("failures_never_skip", "src/run.rs",
+     "if opts.no_skip || !self.failures_held.load(Ordering::Relaxed) {",
+     "if true {",
+     "readers of a failed variable run instead of being skipped"),
+    ("blind_write_keeps_failure", "src/var.rs",
+     "unsafe { self.done.error.with_mut(|p| *p = failure.cloned()) };",
+     "unsafe { self.done.error.with_mut(|p| if failure.is_some() { *p = failure.cloned() }) };",
+     "a successful write does not clear the variable's failure"),
+    ("last_reader_check_off_by_one", "src/var_queue.rs",
+     "        if before != 1 {\n            return Granted::none(blocks);",
+     "        if before > 2 {\n            return Granted::none(blocks);",
+     "the second-last reader out grants the next write"),
+    ("wait_var_answers_at_once", "src/core.rs",
+     "if slot.queue().grants_at_once(&self.blocks, write) {",
+     "if true {",
+     "wait_var answers without looking at the queue"),
+    ("cancel_ignored", "src/run.rs",
+     "if user && self.cancelling.load(Ordering::Relaxed) {",
+     "if false {",
+     "shutdown_cancel runs the operations it should skip"),
+    ("generation_not_bumped", "src/core.rs",
+     "slot.life.store((gen + 1) << 32, Ordering::Release);",
+     "slot.life.store(gen << 32, Ordering::Release);",
+     "a deleted variable's slot is reused with the same generation"),
+]
+
+TEST_CMD = ["cargo", "test", "-p", "depengine", "--lib", "--tests", "--", "--test-threads=2"]
+LOOM_CMD = ["loom_tests/run.sh"]
+
+
+def run(cmd, deadline, env=None):
+    """Runs cmd; returns (caught, how). A failure or a hang is caught."""
+    start = time.time()
+    try:
+        p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=deadline, env=env)
+    except subprocess.TimeoutExpired:
+        return True, f"hung (killed after {deadline} s)"
+    took = time.time() - start
+    if p.returncode == 0:
+        return False, f"passed ({took:.0f} s)"
+    failed = [line.split()[1] for line in p.stdout.splitlines() if line.startswith("test ") and line.endswith("FAILED")]
+    if not failed and "error[E" in p.stdout:
+        return None, "does not compile"
+    return True, f"failed: {', '.join(failed[:4]) or 'see the log'} ({took:.0f} s)"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--loom", action="store_true", help="run the loom models on the mutants the suite misses")
+    ap.add_argument("--only", help="comma-separated mutant names")
+    ap.add_argument("--list", action="store_true")
+    ap.add_argument("--deadline", type=int, default=900, help="seconds before a test run counts as hung")
+    args = ap.parse_args()
+    mutants = MUTANTS
+    if args.only:
+        names = set(args.only.split(","))
+        mutants = [m for m in MUTANTS if m[0] in names]
+    if args.list:
+        for name, path, _, _, what in mutants:
+            print(f"{name:46} {path:28} {what}")
+        return 0
+    caught = applied = 0
+    for name, path, old, new, what in mutants:
+        file = ROOT / path
+        text = file.read_text()
+        if text.count(old) != 1:
+            print(f"{name}: stale (the original text is found {text.count(old)} times in {path})", flush=True)
+            continue
+        file.write_text(text.replace(old, new))
+        try:
+            hit, how = run(TEST_CMD, args.deadline)
+            if hit is None:
+                print(f"{name}: {how}", flush=True)
+                continue
+            applied += 1
+            by = "cargo test"
+            if not hit and args.loom:
+                hit, how = run(LOOM_CMD, 3 * args.deadline)
+                by = "loom"
+            caught += bool(hit)
+            print(f"{name}: {'CAUGHT by ' + by if hit else 'MISSED'}: {how}  [{what}]", flush=True)
+        finally:
+            file.write_text(text)
+    print(f"score: {caught}/{applied} caught")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -381,6 +381,8 @@ impl Core {
             #[cfg(debug_assertions)]
             block.transition(op, crate::opr::phase::FILLED, crate::opr::phase::FREE);
             self.oprs.give(op);
+            // Refused: the body is dropped unrun (`unwind.rs`).
+            crate::unwind::drop_quietly(body);
             return Err(e);
         }
         // SAFETY: still phase 1: exclusively ours.

@@ -227,13 +227,14 @@ impl Engine {
     /// a new generation, and retired instead once its generations (2^32)
     /// are spent, so a stale handle is never taken for a later variable.
     pub fn delete_var(&self, var: Var, on_deleted: impl FnOnce() + Send + 'static) -> Result<(), EngineError> {
+        // Stored first: refused, it is dropped as any unrun body is.
+        let body = Body::OneShot(InlineFn::new_sync(move |_: &RunContext| on_deleted()));
         // This thread's open bulk may use `var`: it was pushed first, so it
         // must reach the engine before `var` is marked deleted.
         crate::bulk::flush_for(&self.core)?;
         // Refused before the variable is marked: a failed call changes nothing.
         self.core.check_open()?;
         self.core.request_delete(var)?;
-        let body = Body::OneShot(InlineFn::new_sync(move |_: &RunContext| on_deleted()));
         let opts = PushOpts::new().name("delete_var").prop(FnProperty::DeleteVar);
         self.core.push(body, false, &[], &[var], &opts, OprKind::DeleteVar)
     }
@@ -294,7 +295,14 @@ impl Engine {
             }
         } else if !crate::bulk::wants(&opts) {
             let mut grant = DirectGrant::default();
-            if self.core.direct_grant(&mut grant, reads, writes, &opts)? {
+            let granted = match self.core.direct_grant(&mut grant, reads, writes, &opts) {
+                Ok(granted) => granted,
+                Err(e) => {
+                    crate::unwind::drop_quietly(body);
+                    return Err(e);
+                }
+            };
+            if granted {
                 self.core.run_direct(&grant, &opts, |ctx| body(ctx).into_outcome());
                 return Ok(());
             }
@@ -328,7 +336,10 @@ impl Engine {
                 Ok(Ok(()))
             }
             Ok(None) => Err(body),
-            Err(e) => Ok(Err(e)),
+            Err(e) => {
+                crate::unwind::drop_quietly(body);
+                Ok(Err(e))
+            }
         }
     }
 
@@ -394,7 +405,11 @@ impl Engine {
         let mut deps = DepList::default();
         for (vars, mode) in [(writes, WRITE), (reads, READ)] {
             for &v in vars {
-                self.core.slot_of(v)?;
+                if let Err(e) = self.core.slot_of(v) {
+                    // Refused: the user's closure is dropped unrun (`unwind.rs`).
+                    crate::unwind::drop_quietly(body);
+                    return Err(e);
+                }
                 deps.add(Dep::new(v.slot, v.gen, mode));
             }
         }

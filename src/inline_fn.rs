@@ -155,10 +155,19 @@ impl InlineFn {
 }
 
 impl Drop for InlineFn {
+    /// Drops a body that did not run. Its captures are the user's, whose
+    /// `Drop` may panic: caught here, wherever the engine lets go of it
+    /// (`unwind.rs`).
     fn drop(&mut self) {
         if let Some(vtable) = self.vtable.take() {
-            // SAFETY: a live value of the vtable's type is stored.
-            unsafe { (vtable.drop)(&mut self.storage) }
+            let storage = std::ptr::addr_of_mut!(self.storage);
+            // SAFETY: a live value of the vtable's type is stored, and the
+            // vtable was taken first, so it is dropped once even if its
+            // `Drop` panics.
+            let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { (vtable.drop)(storage) }));
+            if let Err(payload) = dropped {
+                crate::unwind::drop_payload(payload);
+            }
         }
     }
 }

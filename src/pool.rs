@@ -958,6 +958,39 @@ mod tests {
         }
     }
 
+    /// The free list's ABA race: a taker reads the head and its successor,
+    /// is preempted, and meanwhile others take both and give the head back;
+    /// without the tag its CAS would succeed and hand out an index another
+    /// thread owns. More threads than CPUs, each taking two indices and
+    /// giving them back in reverse order, make such a preemption likely; an
+    /// index handed out twice shows as a tag overwritten under its owner.
+    #[test]
+    fn stress_takes_of_two_given_back_in_reverse() {
+        const THREADS: u32 = 8;
+        const ROUNDS: u32 = 100_000;
+        for pool in layouts() {
+            std::thread::scope(|s| {
+                for t in 0..THREADS {
+                    let pool = &pool;
+                    s.spawn(move || {
+                        for round in 0..ROUNDS {
+                            let (a, b) = (pool.take(), pool.take());
+                            let tag = (t << 24) | (round & 0xFF_FFFF);
+                            pool.get(a).tag.store(tag, Ordering::Relaxed);
+                            pool.get(b).tag.store(!tag, Ordering::Relaxed);
+                            std::hint::spin_loop();
+                            assert_eq!(pool.get(a).tag.load(Ordering::Relaxed), tag, "index {a} handed out twice");
+                            assert_eq!(pool.get(b).tag.load(Ordering::Relaxed), !tag, "index {b} handed out twice");
+                            pool.give(b);
+                            pool.give(a);
+                        }
+                    });
+                }
+            });
+            assert_eq!(pool.live(), 0);
+        }
+    }
+
     /// Threads taking fresh indices from a new pool at once race to
     /// allocate the same segments: every index is still handed out once
     /// and addressable. (The window in which a loser must wait for the

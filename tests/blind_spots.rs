@@ -10,9 +10,10 @@
 
 mod common;
 
+use depengine::Completion;
 use depengine::{Engine, EngineKind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant};
 
 /// How long a side effect may take to appear before the test calls it lost:
@@ -50,41 +51,47 @@ fn a_push_while_workers_park_runs_without_a_wait() {
     for (kind, engine) in parking_engines(1) {
         let v = engine.new_var();
         let ran = Arc::new(AtomicU64::new(0));
-        for i in 1..=3_000u64 {
+        for i in 1..=20_000u64 {
             let r = ran.clone();
             engine.push_sync(move |_| r.store(i, Ordering::Release), &[], &[v]).unwrap();
             assert!(within_deadline(|| ran.load(Ordering::Acquire) == i), "{kind:?}: push {i} never ran");
-            // Let the worker reach its park at a different moment each time.
-            for _ in 0..(i % 64) * 16 {
+            // Push the next one at a different moment of the worker's way
+            // to its park each time (a sweep of about 0 to 10 µs).
+            for _ in 0..i % 512 {
                 std::hint::spin_loop();
             }
         }
     }
 }
 
-/// Two threads pushing at once hand pushes to each other through the
-/// dispatcher's stack: each push runs without anyone waiting for it. The
-/// combiner that lets go re-checks the stack after a barrier that pairs
-/// with the delegating push's (mutants `dispatcher_release_without_recheck`,
+/// Threads pushing at once hand pushes to each other through the
+/// dispatcher's stack. In each round every thread pushes one operation at
+/// the same moment and then, pushing nothing more, polls for its own
+/// operation's effect: a push left on the stack would stay there, since
+/// only a later push or a wait would drain it. The combiner that lets go
+/// re-checks the stack after a barrier that pairs with the delegating
+/// push's (mutants `dispatcher_release_without_recheck`,
 /// `dispatcher_delegation_without_heavy_barrier`).
 #[test]
 fn pushes_delegated_between_threads_run_without_a_wait() {
+    const THREADS: usize = 3;
+    const ROUNDS: u64 = 4_000;
     for (kind, engine) in parking_engines(2) {
-        let engine = &engine;
+        let (engine, start) = (&engine, Barrier::new(THREADS));
         std::thread::scope(|s| {
-            for t in 0..2u64 {
+            for t in 0..THREADS {
+                let start = &start;
                 s.spawn(move || {
                     let v = engine.new_var();
                     let ran = Arc::new(AtomicU64::new(0));
-                    for i in 1..=5_000u64 {
+                    for i in 1..=ROUNDS {
+                        start.wait();
                         let r = ran.clone();
                         engine.push_sync(move |_| r.store(i, Ordering::Release), &[], &[v]).unwrap();
-                        if i % 8 == 0 {
-                            assert!(
-                                within_deadline(|| ran.load(Ordering::Acquire) == i),
-                                "{kind:?}: thread {t}'s push {i} never ran (stranded on the dispatcher)"
-                            );
-                        }
+                        assert!(
+                            within_deadline(|| ran.load(Ordering::Acquire) == i),
+                            "{kind:?}: thread {t}'s push {i} never ran (stranded on the dispatcher)"
+                        );
                     }
                 });
             }
@@ -116,9 +123,10 @@ fn a_child_pushed_by_a_blocking_body_runs_on_another_worker() {
                     &[],
                 )
                 .unwrap();
-            engine.wait_all().unwrap();
+            // Not a wait on the engine: a waiting thread would run the child.
+            let parent_done = within_deadline(|| Arc::strong_count(&child_ran) == 1);
             assert!(
-                parent_saw.load(Ordering::Acquire),
+                parent_done && parent_saw.load(Ordering::Acquire),
                 "{kind:?} round {round}: the child waited for its parent's worker"
             );
         }
@@ -127,47 +135,49 @@ fn a_child_pushed_by_a_blocking_body_runs_on_another_worker() {
     }
 }
 
-/// `wait_all` covers every push that returned before it was called, even
-/// one another thread's combiner has not dispatched yet (mutant
-/// `wait_all_ignores_delegated_pushes`).
+/// `wait_all` covers a push made by a completion's thread just before it
+/// signals, even while that push is still on the dispatcher's stack (a
+/// third thread combining): `wait_all` began before the push, so its
+/// flush of the dispatcher did not see it, and the parent's completion
+/// may bring the pending count to zero before the child is dispatched
+/// (mutant `wait_all_ignores_delegated_pushes`; the loom model
+/// `wait_all_waits_for_a_delegated_child_push` is its exhaustive twin).
 #[test]
-fn wait_all_covers_pushes_still_on_the_dispatchers_stack() {
+fn wait_all_covers_a_child_pushed_just_before_its_parent_completes() {
+    const ROUNDS: usize = 3_000;
     for kind in [EngineKind::Naive, EngineKind::Pooled, EngineKind::PerDevice] {
-        let engine = common::engine(kind);
-        let engine = &engine;
-        let stop = AtomicBool::new(false);
-        let pushed = AtomicUsize::new(0);
-        let ran = Arc::new(AtomicUsize::new(0));
-        std::thread::scope(|s| {
-            // Two threads keep the dispatcher busy, so that pushes are
-            // delegated to whichever combines.
-            for _ in 0..2 {
-                let (stop, pushed, ran) = (&stop, &pushed, ran.clone());
-                s.spawn(move || {
-                    let v = engine.new_var();
-                    while !stop.load(Ordering::Relaxed) {
-                        let r = ran.clone();
-                        engine
-                            .push_sync(
-                                move |_| {
-                                    r.fetch_add(1, Ordering::AcqRel);
-                                },
-                                &[],
-                                &[v],
-                            )
-                            .unwrap();
-                        pushed.fetch_add(1, Ordering::AcqRel);
-                    }
-                });
+        let engine = Arc::new(common::engine(kind));
+        let stop = Arc::new(AtomicBool::new(false));
+        // Keeps the dispatcher busy, so that the child's push is often
+        // delegated to it.
+        let (e, st) = (engine.clone(), stop.clone());
+        let busy = std::thread::spawn(move || {
+            let v = e.new_var();
+            while !st.load(Ordering::Relaxed) {
+                e.push_sync(|_| {}, &[], &[v]).unwrap();
             }
-            for _ in 0..2_000 {
-                let returned = pushed.load(Ordering::Acquire);
-                engine.wait_all().unwrap();
-                let seen = ran.load(Ordering::Acquire);
-                assert!(seen >= returned, "{kind:?}: wait_all returned with {returned} pushes returned but {seen} run");
-            }
-            stop.store(true, Ordering::Relaxed);
         });
+        let (to_signaller, jobs) = mpsc::channel::<(Completion, usize)>();
+        let child_ran = Arc::new(AtomicUsize::new(0));
+        let (e, c) = (engine.clone(), child_ran.clone());
+        let signaller = std::thread::spawn(move || {
+            let v = e.new_var();
+            for (done, round) in jobs {
+                let c = c.clone();
+                e.push_sync(move |_| c.store(round, Ordering::Release), &[], &[v]).unwrap();
+                done.signal();
+            }
+        });
+        for round in 1..=ROUNDS {
+            let tx = to_signaller.clone();
+            engine.push_async(move |_, done| tx.send((done, round)).unwrap(), &[], &[]).unwrap();
+            engine.wait_all().unwrap();
+            assert_eq!(child_ran.load(Ordering::Acquire), round, "{kind:?}: wait_all returned before the child ran");
+        }
+        drop(to_signaller);
+        signaller.join().unwrap();
+        stop.store(true, Ordering::Relaxed);
+        busy.join().unwrap();
     }
 }
 

@@ -355,6 +355,49 @@ isolated! {
 }
 
 isolated! {
+    /// A push refused for bad input (a deleted variable, a device that does
+    /// not exist, an engine shut down) drops its closure unrun, and a
+    /// panicking `Drop` of its captures does not escape the call (found by
+    /// the `api_misuse` fuzz target).
+    fn a_refused_push_drops_its_closure_quietly() {
+        for (name, builder) in builders() {
+            let engine = builder.build().expect("engine");
+            let v = engine.new_var();
+            engine.delete_var(v, || {}).unwrap();
+            let before = BOMB_DROPS.load(Ordering::SeqCst);
+            let b = bomb();
+            assert_eq!(engine.push_sync(move |_| drop(b), &[], &[v]), Err(EngineError::DeletedVar), "{name}");
+            let b = bomb();
+            let refused = engine.push_async(
+                move |_, done| {
+                    drop(b);
+                    done.signal()
+                },
+                &[v],
+                &[],
+            );
+            assert_eq!(refused, Err(EngineError::DeletedVar), "{name}");
+            let b = bomb();
+            let gpu = PushOpts::new().ctx(Context::Gpu(0));
+            let refused = engine.push_sync_with(move |_| drop(b), &[], &[], gpu);
+            assert!(matches!(refused, Err(EngineError::NoSuchDevice(_))), "{name}: {refused:?}");
+            let b = bomb();
+            let refused = engine.new_operator(move |_| { let _ = &b; }, &[], &[v], Default::default(), "refused");
+            assert!(refused.is_err(), "{name}");
+            let b = bomb();
+            assert_eq!(engine.delete_var(v, move || drop(b)), Err(EngineError::DeletedTwice), "{name}");
+            engine.shutdown().unwrap();
+            let b = bomb();
+            assert_eq!(engine.push_sync(move |_| drop(b), &[], &[]), Err(EngineError::ShutDown), "{name}");
+            let b = bomb();
+            let w = [Var::clone(&v)];
+            assert!(engine.push_sync(move |_| drop(b), &[], &w).is_err(), "{name}");
+            assert_eq!(BOMB_DROPS.load(Ordering::SeqCst) - before, 7 * 2, "{name}");
+        }
+    }
+}
+
+isolated! {
     /// User code of every other kind that panics: an error whose
     /// `Display` panics, a `Completion::fail` message whose `Display`
     /// panics, a hang-report callback that panics.

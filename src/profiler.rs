@@ -131,7 +131,7 @@ impl Clock {
     }
 
     #[inline(always)]
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(all(target_arch = "x86_64", not(miri)))]
     fn counter() -> u64 {
         // SAFETY: `rdtsc` exists on every x86-64 CPU and only reads the
         // time-stamp counter.
@@ -142,7 +142,7 @@ impl Clock {
     }
 
     #[inline(always)]
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(any(not(target_arch = "x86_64"), miri))]
     fn counter() -> u64 {
         0
     }

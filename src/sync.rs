@@ -179,7 +179,7 @@ pub(crate) fn loom_sc_fence() {
 #[inline(always)]
 pub(crate) fn prefetch_for_write(addr: *const u8, lines: usize) {
     on_each_line(addr, lines, |_line| {
-        #[cfg(all(target_arch = "x86_64", not(depengine_loom)))]
+        #[cfg(all(target_arch = "x86_64", not(depengine_loom), not(miri)))]
         // SAFETY: `prefetchw` never faults, whatever the address, and
         // changes nothing but which lines this core caches (a CPU without
         // it executes the opcode as a NOP).
@@ -197,7 +197,7 @@ pub(crate) fn prefetch_for_write(addr: *const u8, lines: usize) {
 #[inline(always)]
 pub(crate) fn demote(addr: *const u8, lines: usize) {
     on_each_line(addr, lines, |_line| {
-        #[cfg(all(target_arch = "x86_64", not(depengine_loom)))]
+        #[cfg(all(target_arch = "x86_64", not(depengine_loom), not(miri)))]
         // SAFETY: `cldemote` never faults, whatever the address, and
         // changes nothing but where the line is cached (a CPU without it,
         // AMD's included, executes the opcode as a NOP).
@@ -211,11 +211,11 @@ pub(crate) fn demote(addr: *const u8, lines: usize) {
 /// `addr`: on x86-64 outside loom, the only builds with cache hints.
 #[inline(always)]
 fn on_each_line(addr: *const u8, lines: usize, hint: impl Fn(*const u8)) {
-    #[cfg(all(target_arch = "x86_64", not(depengine_loom)))]
+    #[cfg(all(target_arch = "x86_64", not(depengine_loom), not(miri)))]
     for line in 0..lines {
         hint(addr.wrapping_add(line * 64));
     }
-    #[cfg(not(all(target_arch = "x86_64", not(depengine_loom))))]
+    #[cfg(not(all(target_arch = "x86_64", not(depengine_loom), not(miri))))]
     let _ = (addr, lines, hint);
 }
 

@@ -166,11 +166,7 @@ impl BulkHandle {
         unsafe {
             // Bodies that did not run (the bulk failed or was skipped) hold
             // the user's captures (`unwind.rs`).
-            buf.bodies.with_mut(|b| {
-                (*b).drain(..).for_each(|f| {
-                    crate::unwind::drop_quietly(f);
-                })
-            });
+            buf.bodies.with_mut(|b| (*b).drain(..).for_each(|f| self.core().drop_user_value(f)));
             buf.reads.with_mut(|r| (*r).clear());
             buf.writes.with_mut(|w| (*w).clear());
         }

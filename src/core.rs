@@ -44,6 +44,10 @@ crate::sync::thread_local! {
 /// block (`Core::run_unqueued`). No pool hands out this index.
 pub(crate) const UNQUEUED: u32 = NIL - 1;
 
+/// `CURRENT_OP`'s operation while the engine drops a value of the user's
+/// ([`Core::drop_user_value`]). No pool hands out this index.
+pub(crate) const DROPPING: u32 = NIL - 3;
+
 /// The place an operation run inside its push took in the ticket order
 /// (`Core::unqueued_ticket`).
 pub(crate) struct UnqueuedTicket {
@@ -331,8 +335,8 @@ impl Core {
     ) -> Result<(), EngineError> {
         // Keep this thread's order: its bulked pushes go first.
         if let Err(e) = crate::bulk::flush_for(self).and_then(|()| self.check_ctx(opts.ctx)) {
-            // Refused: the body is dropped unrun (`unwind.rs`).
-            crate::unwind::drop_quietly(body);
+            // Refused: the body is dropped unrun.
+            self.drop_user_value(body);
             return Err(e);
         }
         // The block cache and the dispatcher's bias both go by this.
@@ -381,8 +385,8 @@ impl Core {
             #[cfg(debug_assertions)]
             block.transition(op, crate::opr::phase::FILLED, crate::opr::phase::FREE);
             self.oprs.give(op);
-            // Refused: the body is dropped unrun (`unwind.rs`).
-            crate::unwind::drop_quietly(body);
+            // Refused: the body is dropped unrun.
+            self.drop_user_value(body);
             return Err(e);
         }
         // SAFETY: still phase 1: exclusively ours.
@@ -445,6 +449,22 @@ impl Core {
             }
         }
         Ok(())
+    }
+
+    /// Drops a value of the user's (a closure that did not run, an
+    /// operator's last reference, a bulk's members) from engine code: its
+    /// `Drop` runs as a body would, marked in `CURRENT_OP`, so that a last
+    /// `Engine` handle dropped there hands the engine's shutdown to the
+    /// reaper instead of waiting on this stack for the operation this
+    /// thread is finishing; and a panic there is caught (`unwind.rs`).
+    #[inline]
+    pub(crate) fn drop_user_value<T>(&self, value: T) {
+        if !std::mem::needs_drop::<T>() {
+            return;
+        }
+        let outer = CURRENT_OP.with(|c| c.replace((self, DROPPING)));
+        crate::unwind::drop_quietly(value);
+        CURRENT_OP.with(|c| c.set(outer));
     }
 
     /// Whether the calling thread is running a body of this engine.
@@ -641,7 +661,7 @@ impl Core {
         let block = self.oprs.get(op);
         // SAFETY: never published, still exclusively ours.
         let body = unsafe { block.body.with_mut(|b| std::mem::replace(&mut *b, Body::Empty)) };
-        crate::unwind::drop_quietly(body);
+        self.drop_user_value(body);
         #[cfg(debug_assertions)]
         block.transition(op, crate::opr::phase::FILLED, crate::opr::phase::FREE);
         self.oprs.give(op);
@@ -821,8 +841,9 @@ impl Core {
         }
         match var {
             None => true,
-            // An operation run inside its push holds no variable.
-            Some(_) if op == UNQUEUED => false,
+            // An operation run inside its push holds no variable, nor does
+            // a value being dropped.
+            Some(_) if op == UNQUEUED || op == DROPPING => false,
             // SAFETY: a direct run's variables live in its push's frame,
             // below this call, until its body has returned.
             Some(v) if op == crate::direct_run::DIRECT => {

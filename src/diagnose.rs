@@ -238,7 +238,12 @@ impl Core {
             report.waited = Duration::from_nanos(now.saturating_sub(since));
             // The wait may have returned meanwhile: report only if not.
             if w.since.load(Acquire) == since {
-                (diag.handler)(&report);
+                // The user's handler: a panic there ends this report, not
+                // the watchdog (`unwind.rs`).
+                let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (diag.handler)(&report)));
+                if let Err(payload) = handled {
+                    crate::unwind::drop_payload(payload);
+                }
             }
         }
     }

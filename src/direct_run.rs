@@ -205,7 +205,7 @@ impl Core {
         let failure = match skipped {
             Some(inherited) => {
                 self.stats.skipped();
-                crate::unwind::drop_quietly(body);
+                self.drop_user_value(body);
                 Some(inherited)
             }
             None => {

@@ -84,7 +84,8 @@ impl Engine {
     /// The process-wide engine, created on first use from the environment.
     ///
     /// # Panics
-    /// If a `DEPENGINE_*` variable is invalid (the message names it).
+    /// If a `DEPENGINE_*` variable is invalid or unknown (the message names
+    /// it), or the engine's threads cannot be started.
     pub fn global() -> &'static Engine {
         static GLOBAL: OnceLock<Engine> = OnceLock::new();
         GLOBAL.get_or_init(|| Engine::from_env().unwrap_or_else(|e| panic!("depengine: {e}")))
@@ -285,7 +286,7 @@ impl Engine {
         let mut body = body;
         // Before any route: a push run inside itself or bulked checks it too.
         if let Err(e) = self.core.check_ctx(opts.ctx) {
-            crate::unwind::drop_quietly(body);
+            self.core.drop_user_value(body);
             return Err(e);
         }
         if reads.is_empty() && writes.is_empty() {
@@ -298,7 +299,7 @@ impl Engine {
             let granted = match self.core.direct_grant(&mut grant, reads, writes, &opts) {
                 Ok(granted) => granted,
                 Err(e) => {
-                    crate::unwind::drop_quietly(body);
+                    self.core.drop_user_value(body);
                     return Err(e);
                 }
             };
@@ -337,7 +338,7 @@ impl Engine {
             }
             Ok(None) => Err(body),
             Err(e) => {
-                crate::unwind::drop_quietly(body);
+                self.core.drop_user_value(body);
                 Ok(Err(e))
             }
         }
@@ -407,7 +408,7 @@ impl Engine {
             for &v in vars {
                 if let Err(e) = self.core.slot_of(v) {
                     // Refused: the user's closure is dropped unrun (`unwind.rs`).
-                    crate::unwind::drop_quietly(body);
+                    self.core.drop_user_value(body);
                     return Err(e);
                 }
                 deps.add(Dep::new(v.slot, v.gen, mode));
@@ -475,8 +476,8 @@ impl Engine {
 
     /// Deletes an operator; deferred until the pushes already made have run.
     pub fn delete_operator(&self, op: Operator) {
-        // The last reference drops the user's closure (`unwind.rs`).
-        crate::unwind::drop_quietly(op);
+        // The last reference drops the user's closure.
+        self.core.drop_user_value(op);
     }
 
     // ----- waits -------------------------------------------------------------

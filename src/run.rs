@@ -136,7 +136,7 @@ impl Core {
     pub(crate) fn run_unqueued(&self, at: UnqueuedTicket, opts: &PushOpts, body: impl FnOnce(&RunContext) -> Outcome) {
         let UnqueuedTicket { ticket, after_close } = at;
         let failure = if after_close {
-            crate::unwind::drop_quietly(body);
+            self.drop_user_value(body);
             Some(OpError::new(opts.name, PUSHED_AT_SHUTDOWN))
         } else {
             let ctx = RunContext { ticket, priority: opts.priority, ..RunContext::on_host(opts.ctx) };
@@ -400,7 +400,7 @@ impl Core {
             // last reference: their `Drop` is user code (`unwind.rs`).
             let body = block.body.with_mut(|b| std::mem::replace(&mut *b, Body::Empty));
             if body.holds_user_value() {
-                crate::unwind::drop_quietly(body);
+                self.drop_user_value(body);
             }
             // The variable list stays: the next push clears it, and leaving
             // it spares a write to a line that pusher writes next anyway.

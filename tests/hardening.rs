@@ -229,6 +229,31 @@ c.fetch_add(1, Ordering::SeqCst);
     }
 }
 
+isolated! {
+    /// The last handle held by a closure that never runs: the engine drops
+    /// it while it finishes the skipped operation, on whichever thread that
+    /// is (the one signalling the completion on `naive`, a worker on the
+    /// others). The shutdown goes to the reaper instead of waiting there for
+    /// the operation being finished (found by the `api_misuse` fuzz target).
+    fn the_last_engine_handle_in_a_closure_dropped_unrun() {
+        for (name, builder) in builders() {
+            let engine = Arc::new(builder.build().expect("engine"));
+            let v = engine.new_var();
+            let (tx, rx) = mpsc::channel::<Completion>();
+            engine.push_async(move |_, done| tx.send(done).unwrap(), &[], &[v]).unwrap();
+            let mine = engine.clone();
+            engine.push_sync(move |_| drop(mine), &[v], &[]).unwrap();
+            let done = rx.recv_timeout(Duration::from_secs(10)).expect("the async body ran");
+            drop(engine);
+            // The reader is skipped: its closure, and the last handle in
+            // it, are dropped unrun.
+            done.fail("the reader must not run");
+            until_no_engine_threads();
+            let _ = name;
+        }
+    }
+}
+
 // ---- 2. panic payloads whose Drop panics --------------------------------
 
 isolated! {

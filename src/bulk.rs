@@ -106,7 +106,9 @@ impl Drop for BulkState {
                 "depengine: a thread exited with {} bulked operations never flushed; they were dropped",
                 open.count
             );
-            BulkHandle { core: Arc::as_ptr(&open.core), buf: open.buf }.release();
+            // The handle gives the buffer (and drops the members) when
+            // dropped, once; `open` keeps the core alive meanwhile.
+            drop(BulkHandle { core: Arc::as_ptr(&open.core), buf: open.buf });
         }
     }
 }
@@ -223,16 +225,22 @@ pub(crate) fn flush_for(core: &Core) -> Result<(), EngineError> {
 
 #[inline(never)]
 fn flush_open_for(core: &Core) -> Result<(), EngineError> {
-    let open = BULK.with(|b| {
-        let mut b = b.borrow_mut();
-        let open = if b.open.as_ref().is_some_and(|o| std::ptr::eq(Arc::as_ptr(&o.core), core)) {
-            b.open.take()
-        } else {
-            None
-        };
-        refresh_active(&b);
-        open
-    });
+    // Not while the thread's bulk state is being dropped (a last engine
+    // handle among the members it drops at thread exit) or borrowed: there
+    // is no bulk of this thread to flush then.
+    let open = BULK
+        .try_with(|b| {
+            let mut b = b.try_borrow_mut().ok()?;
+            let open = if b.open.as_ref().is_some_and(|o| std::ptr::eq(Arc::as_ptr(&o.core), core)) {
+                b.open.take()
+            } else {
+                None
+            };
+            refresh_active(&b);
+            open
+        })
+        .ok()
+        .flatten();
     open.map_or(Ok(()), push_bulk)
 }
 

@@ -580,6 +580,34 @@ r.fetch_add(10, Ordering::SeqCst);
 }
 
 isolated! {
+    /// A thread that exits with a bulk open drops it (reported on stderr)
+    /// and gives its buffer back once; the engine goes on (the buffer was
+    /// given back twice, a debug assertion in the thread's exit).
+    fn a_thread_that_exits_with_a_bulk_open_leaves_the_engine_working() {
+        for (name, builder) in builders() {
+            let engine = Arc::new(builder.build().expect("engine"));
+            let v = engine.new_var();
+            let e = engine.clone();
+            std::thread::spawn(move || {
+                e.set_bulk_size(8).unwrap();
+                for _ in 0..3 {
+                    e.push_sync(|_| {}, &[], &[v]).unwrap();
+                }
+            })
+            .join()
+            .unwrap_or_else(|_| panic!("{name}: the exiting thread panicked"));
+            for _ in 0..20 {
+                engine.set_bulk_size(4).unwrap();
+                engine.push_sync(|_| {}, &[], &[v]).unwrap();
+                engine.flush_bulk().unwrap();
+            }
+            engine.wait_var(v).unwrap();
+            assert_eq!(engine.var_version(v), Ok(20), "{name}: the exited thread's bulk was dropped unrun");
+        }
+    }
+}
+
+isolated! {
     /// Bulk sizes are per engine: setting one engine's leaves another's
     /// pushes unbulked (they run without a flush).
     fn bulk_sizes_are_per_engine() {

@@ -14,7 +14,7 @@ use depengine::Completion;
 use depengine::{Engine, EngineKind};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Barrier};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// How long a side effect may take to appear before the test calls it lost:
 /// far beyond any scheduling delay, so that only a lost operation (or a
@@ -24,14 +24,7 @@ const DEADLINE: Duration = Duration::from_secs(5);
 /// Polls `done` until it holds or the deadline passes, without calling the
 /// engine.
 fn within_deadline(done: impl Fn() -> bool) -> bool {
-    let start = Instant::now();
-    while !done() {
-        if start.elapsed() > DEADLINE {
-            return false;
-        }
-        std::thread::yield_now();
-    }
-    true
+    common::eventually(DEADLINE, done)
 }
 
 /// Threaded engines whose idle workers park at once (no spin), so that

@@ -181,6 +181,25 @@ fn an_operation_run_inside_its_push_keeps_its_ticket_and_its_failure() {
     }
 }
 
+/// The thread each named body with no variables ran on.
+#[derive(Default)]
+struct RanOn(Arc<Mutex<Vec<(&'static str, ThreadId)>>>);
+
+impl RanOn {
+    /// Pushes a body named `name` with no variables; returns whether it ran
+    /// on the pushing thread, inside its push.
+    fn inside(&self, engine: &Engine, name: &'static str) -> bool {
+        let r = self.0.clone();
+        engine.push_sync(move |_| r.lock().unwrap().push((name, std::thread::current().id())), &[], &[]).unwrap();
+        self.0.lock().unwrap().contains(&(name, std::thread::current().id()))
+    }
+
+    /// Bodies that ran so far.
+    fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+}
+
 /// Asynchronous operations with no variables whose completions the test
 /// keeps: they hold the pending count where the test sets it.
 struct Held<'a> {
@@ -251,13 +270,8 @@ fn pushes_run_inside_until_half_the_cap_has_drained() {
             .build()
             .unwrap();
         let held = Held::new(&engine, kind);
-        let pusher = std::thread::current().id();
-        let ran_on: Arc<Mutex<Vec<(&str, ThreadId)>>> = Arc::default();
-        let inside = |name: &'static str| {
-            let r = ran_on.clone();
-            engine.push_sync(move |_| r.lock().unwrap().push((name, std::thread::current().id())), &[], &[]).unwrap();
-            ran_on.lock().unwrap().contains(&(name, pusher))
-        };
+        let ran_on = RanOn::default();
+        let inside = |name: &'static str| ran_on.inside(&engine, name);
         held.hold(SMALL_CAP as usize - 1);
         held.settle(SMALL_CAP - 1);
         assert!(inside("at the cap"), "{kind:?}");
@@ -274,7 +288,7 @@ fn pushes_run_inside_until_half_the_cap_has_drained() {
         assert!(!inside("under the cap, after the drain"), "{kind:?}: ran inside at {} pending", SMALL_CAP - 3);
         held.release_all();
         engine.wait_all().unwrap();
-        assert_eq!(ran_on.lock().unwrap().len(), 4, "{kind:?}");
+        assert_eq!(ran_on.len(), 4, "{kind:?}");
     }
 }
 
@@ -288,13 +302,8 @@ fn by_default_a_push_below_the_cap_never_runs_its_body_inside() {
     for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
         let engine = Engine::builder().kind(kind).cpu_workers(1).max_pending(SMALL_CAP).build().unwrap();
         let held = Held::new(&engine, kind);
-        let pusher = std::thread::current().id();
-        let ran_on: Arc<Mutex<Vec<(&str, ThreadId)>>> = Arc::default();
-        let inside = |name: &'static str| {
-            let r = ran_on.clone();
-            engine.push_sync(move |_| r.lock().unwrap().push((name, std::thread::current().id())), &[], &[]).unwrap();
-            ran_on.lock().unwrap().contains(&(name, pusher))
-        };
+        let ran_on = RanOn::default();
+        let inside = |name: &'static str| ran_on.inside(&engine, name);
         held.hold(SMALL_CAP as usize - 1);
         held.settle(SMALL_CAP - 1);
         assert!(inside("at the cap"), "{kind:?}: at the cap the pusher helps");
@@ -305,7 +314,7 @@ fn by_default_a_push_below_the_cap_never_runs_its_body_inside() {
         }
         held.release_all();
         engine.wait_all().unwrap();
-        assert_eq!(ran_on.lock().unwrap().len(), 4, "{kind:?}");
+        assert_eq!(ran_on.len(), 4, "{kind:?}");
     }
 }
 

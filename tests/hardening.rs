@@ -697,7 +697,16 @@ isolated! {
     /// rather than help), so the push returns and the body gets the value.
     fn a_push_never_runs_its_body_on_the_pusher_by_default() {
         for kind in [EngineKind::Pooled, EngineKind::PerDevice] {
-            let engine = Engine::builder().kind(kind).cpu_workers(2).build().unwrap();
+            // A small cap and an inline pace so long that every pusher is
+            // quick enough to probe for stints (as `common::stint_engine_of`):
+            // with running on the pusher asked for, stints start at once.
+            let engine = Engine::builder()
+                .kind(kind)
+                .cpu_workers(2)
+                .max_pending(16)
+                .inline_pace(Duration::from_secs(1))
+                .build()
+                .unwrap();
             let vars: Vec<Var> = (0..64).map(|_| engine.new_var()).collect();
             let pusher = std::thread::current().id();
             let on_pusher = Arc::new(AtomicUsize::new(0));

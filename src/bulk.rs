@@ -151,14 +151,8 @@ impl BulkHandle {
         // SAFETY: the fused operation's runner owns the buffer.
         let bodies = unsafe { &mut *buf.bodies.with_mut(|p| p) };
         bodies.iter_mut().try_for_each(|body| {
-            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body.invoke(ctx, None))) {
-                Ok(outcome) => outcome,
-                Err(payload) => {
-                    let message = crate::error::panic_message(&*payload);
-                    crate::unwind::drop_payload(payload);
-                    Err(message)
-                }
-            }
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body.invoke(ctx, None)))
+                .unwrap_or_else(|payload| Err(crate::unwind::message_of(payload)))
         })
     }
 

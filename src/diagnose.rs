@@ -240,10 +240,7 @@ impl Core {
             if w.since.load(Acquire) == since {
                 // The user's handler: a panic there ends this report, not
                 // the watchdog (`unwind.rs`).
-                let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (diag.handler)(&report)));
-                if let Err(payload) = handled {
-                    crate::unwind::drop_payload(payload);
-                }
+                crate::unwind::quietly(|| (diag.handler)(&report));
             }
         }
     }

@@ -93,7 +93,6 @@ impl Engine {
 
     pub(crate) fn start(b: EngineBuilder) -> Result<Engine, EngineError> {
         let mut placement = None;
-        let mut nodes = None;
         let executor: Box<dyn Executor> = match (b.shuffle_seed, b.kind) {
             (Some(seed), _) => Box::new(ShuffleExecutor::new(seed, b.shuffle_workers)),
             (None, EngineKind::Naive) => Box::new(NaiveExecutor),
@@ -104,8 +103,7 @@ impl Engine {
                 let topology = Topology::detect();
                 let workers = b.cpu_workers.unwrap_or(topology.cpus.len());
                 let executor = PerDeviceExecutor::new(topology.clone(), workers, b.priority_workers, b.pin, b.spin);
-                placement = Some((topology.clone(), executor.pinned()));
-                nodes = Some(topology.nodes);
+                placement = Some((topology, executor.pinned()));
                 Box::new(executor)
             }
         };
@@ -130,8 +128,8 @@ impl Engine {
             #[cfg(feature = "cuda")]
             gpu,
         ));
-        if let Some(n) = nodes {
-            core.set_cpu_nodes(n);
+        if let Some((topology, _)) = &placement {
+            core.set_cpu_nodes(topology.nodes);
         }
         if b.profile.is_some() {
             core.profiler.start();
@@ -722,14 +720,12 @@ impl Engine {
             watchdog: self.watchdog.take(),
             placement: self.placement.take(),
         };
-        let rest = std::sync::Arc::new(std::sync::Mutex::new(Some(rest)));
-        let theirs = rest.clone();
-        let spawned = std::thread::Builder::new()
+        // A spawn that fails drops the closure: `ManuallyDrop` leaks the
+        // engine then, instead of dropping it again on this thread.
+        let rest = std::mem::ManuallyDrop::new(rest);
+        let _ = std::thread::Builder::new()
             .name("depengine-reaper".into())
-            .spawn(move || drop(theirs.lock().map(|mut r| r.take()).unwrap_or(None)));
-        if spawned.is_err() {
-            std::mem::forget(rest.lock().map(|mut r| r.take()).unwrap_or(None));
-        }
+            .spawn(move || drop(std::mem::ManuallyDrop::into_inner(rest)));
     }
 }
 

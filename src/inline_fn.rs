@@ -164,10 +164,7 @@ impl Drop for InlineFn {
             // SAFETY: a live value of the vtable's type is stored, and the
             // vtable was taken first, so it is dropped once even if its
             // `Drop` panics.
-            let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { (vtable.drop)(storage) }));
-            if let Err(payload) = dropped {
-                crate::unwind::drop_payload(payload);
-            }
+            crate::unwind::quietly(|| unsafe { (vtable.drop)(storage) });
         }
     }
 }

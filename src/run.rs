@@ -23,7 +23,7 @@ use crate::completion::Completion;
 use crate::context::PushOpts;
 use crate::context::RunContext;
 use crate::core::{Core, UnqueuedTicket, CURRENT_OP, PUSHED_AT_SHUTDOWN, UNQUEUED};
-use crate::error::{panic_message, OpError};
+use crate::error::OpError;
 use crate::inline_fn::{InlineFn, Outcome};
 use crate::operator::OperatorBody;
 use crate::opr::{Body, Dep, Meta, OprBlock, OprKind};
@@ -109,11 +109,7 @@ impl Core {
             self.diag_body_returned(block);
         }
         let state = block.run_state.swap(BODY_IDLE, Ordering::AcqRel);
-        let panic = outcome.err().map(|payload| {
-            let message = panic_message(&*payload);
-            crate::unwind::drop_payload(payload);
-            message
-        });
+        let panic = outcome.err().map(crate::unwind::message_of);
         if state == BODY_DEFERRED {
             let message = panic.unwrap_or_else(|| "its Completion was dropped during a panic".to_owned());
             self.complete_and_retire(op, Some(&OpError::new(name, message)));
@@ -416,11 +412,7 @@ pub(crate) fn failure_of(name: &'static str, outcome: std::thread::Result<Outcom
     match outcome {
         Ok(Ok(())) => None,
         Ok(Err(message)) => Some(OpError::new(name, message)),
-        Err(payload) => {
-            let failure = OpError::new(name, panic_message(&*payload));
-            // A payload's own `Drop` may panic too (`unwind.rs`).
-            crate::unwind::drop_payload(payload);
-            Some(failure)
-        }
+        // A payload's own `Drop` may panic too (`unwind.rs`).
+        Err(payload) => Some(OpError::new(name, crate::unwind::message_of(payload))),
     }
 }

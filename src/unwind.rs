@@ -18,20 +18,33 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 /// the user's that must not hang the engine, and a leak ends it.
 const PAYLOAD_ROUNDS: usize = 16;
 
-/// Drops `value`; a panic of its `Drop` is caught, its payload dropped the
-/// same way. Returns whether dropping panicked.
+/// Runs `f` (user code the engine calls for nothing but its effect: a
+/// `Drop`, a callback); a panic in it is caught and its payload dropped
+/// quietly. Returns whether `f` panicked.
 #[inline]
-pub(crate) fn drop_quietly<T>(value: T) -> bool {
-    if !std::mem::needs_drop::<T>() {
-        return false;
-    }
-    match catch_unwind(AssertUnwindSafe(move || drop(value))) {
+pub(crate) fn quietly(f: impl FnOnce()) -> bool {
+    match catch_unwind(AssertUnwindSafe(f)) {
         Ok(()) => false,
         Err(payload) => {
             drop_payload(payload);
             true
         }
     }
+}
+
+/// Drops `value`; a panic of its `Drop` is caught, its payload dropped the
+/// same way. Returns whether dropping panicked.
+#[inline]
+pub(crate) fn drop_quietly<T>(value: T) -> bool {
+    std::mem::needs_drop::<T>() && quietly(move || drop(value))
+}
+
+/// The message of a caught panic ([`panic_message`](crate::error::panic_message)),
+/// its payload then dropped quietly.
+pub(crate) fn message_of(payload: Box<dyn Any + Send>) -> String {
+    let message = crate::error::panic_message(&*payload);
+    drop_payload(payload);
+    message
 }
 
 /// Drops a caught panic's payload, catching the panics of its `Drop` (and

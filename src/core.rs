@@ -14,7 +14,7 @@ use crate::context::{Context, FnProperty, PushOpts};
 use crate::diagnose::{print_report, Diagnosis, HangHandler};
 use crate::dispatch::Dispatcher;
 use crate::error::{EngineError, OpError};
-use crate::executor::Executor;
+use crate::executor::{Executor, ExecutorTraits};
 use crate::opr::{Body, Dep, OprBlock, OprKind, LOOK_AT_EACH_VAR, READ, WRITE};
 use crate::pool::{Pool, SharedTakeCache, ThreadCaches, NIL};
 use crate::profiler::Profiler;
@@ -98,11 +98,9 @@ pub(crate) struct Core {
     /// per operation.
     spare_blocks: CachePadded<SpareBlocks>,
     pub(crate) executor: Box<dyn Executor>,
-    /// The executor's `runs_async_inline` and `runs_inline_over_cap`,
-    /// asked once: the second is asked on every direct run and every push
-    /// run unqueued, where a virtual call showed in their profiles.
-    runs_async_inline: bool,
-    runs_inline_over_cap: bool,
+    /// What the executor is, asked once (read on every direct run and
+    /// every push run unqueued, where a virtual call showed in profiles).
+    pub(crate) traits: ExecutorTraits,
     pub(crate) pending: PendingCounter,
     pub(crate) first_error: FirstError,
     pub(crate) shutting_down: AtomicBool,
@@ -167,7 +165,8 @@ impl Core {
         b: &EngineBuilder,
         #[cfg(feature = "cuda")] gpu: Arc<crate::gpu::GpuRings>,
     ) -> Self {
-        let workers = executor.worker_threads();
+        let traits = executor.traits();
+        let workers = traits.worker_threads;
         // Below the cap, bodies run on pushers only when asked for.
         let pace = if b.run_on_pusher { b.inline_pace } else { std::time::Duration::ZERO };
         let diagnosis = b.hang_report.map(|after| {
@@ -187,8 +186,7 @@ impl Core {
             bulks: Pool::new(),
             dispatcher: Dispatcher::default(),
             spare_blocks: CachePadded::new(SpareBlocks(UnsafeCell::new(SweepCache::default()))),
-            runs_async_inline: executor.runs_async_inline(),
-            runs_inline_over_cap: executor.runs_inline_over_cap(),
+            traits,
             executor,
             pending: PendingCounter::default(),
             first_error: FirstError::default(),
@@ -582,7 +580,7 @@ impl Core {
     /// this engine (whose own operation is pending, and holds its
     /// variables).
     pub(crate) fn may_run_ready_here(&self) -> bool {
-        self.runs_inline_over_cap && self.profiler.session() == 0 && self.diagnosis.is_none() && !self.in_own_body()
+        self.traits.runs_on_pushers && self.profiler.session() == 0 && self.diagnosis.is_none() && !self.in_own_body()
     }
 
     /// Schedules what a combining pass found ready (after it let go).
@@ -821,7 +819,7 @@ impl Core {
         } else if at_dispatch
             && matches!(meta.opts.prop, FnProperty::Async | FnProperty::DeleteVar)
             && !meta.opts.ctx.is_gpu()
-            && self.runs_async_inline
+            && self.traits.runs_async_inline
         {
             crate::executor::inline::run_inline(self, op);
         } else if at_dispatch && self.stint_takes(&meta.opts) && self.may_run_ready_here() {
@@ -867,7 +865,7 @@ impl Core {
 
     /// How a thread blocked in a wait helps run ready work.
     fn helper(&self) -> Helper<impl FnMut() -> bool + '_> {
-        Helper { help: || self.help_once(), can_sleep: self.executor.waiters_can_sleep() }
+        Helper { help: || self.help_once(), can_sleep: self.traits.waiters_can_sleep }
     }
 
     /// Blocks until everything pushed so far has finished.

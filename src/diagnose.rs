@@ -285,8 +285,7 @@ impl Core {
             Some(v) => all.into_iter().filter(|op| op.vars.iter().any(|&(u, _)| u == v)).collect(),
             None => all,
         };
-        let lanes =
-            (0..self.executor.worker_threads() + crate::profiler::OTHER_LANES).map(|l| self.lane_name(l)).collect();
+        let lanes = (0..self.traits.worker_threads + crate::profiler::OTHER_LANES).map(|l| self.lane_name(l)).collect();
         HangReport { wait: "report".into(), waited: Duration::ZERO, var, pending, running, in_flight, lanes }
     }
 

@@ -114,7 +114,7 @@ impl Engine {
                 priority: b.gpu_priority_workers,
                 copy: b.gpu_copy_workers,
             };
-            let rings = Arc::new(crate::gpu::GpuRings::new(sizes, b.spin, executor.worker_threads()));
+            let rings = Arc::new(crate::gpu::GpuRings::new(sizes, b.spin, executor.traits().worker_threads));
             let executor: Box<dyn Executor> = if rings.devices() > 0 {
                 Box::new(crate::gpu::GpuExecutor::new(executor, rings.clone()))
             } else {
@@ -210,7 +210,7 @@ impl Engine {
 
     /// Worker threads serving CPU operations (0 for `naive`).
     pub fn cpu_workers(&self) -> usize {
-        self.core.executor.cpu_workers()
+        self.core.traits.cpu_workers
     }
 
     // ----- variables -------------------------------------------------------

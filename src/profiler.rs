@@ -450,7 +450,7 @@ impl crate::core::Core {
 
     /// The name of profiler lane `lane` (as traces and hang reports show it).
     pub(crate) fn lane_name(&self, lane: usize) -> String {
-        match lane.checked_sub(self.executor.worker_threads()) {
+        match lane.checked_sub(self.traits.worker_threads) {
             None => self.executor.worker_name(lane),
             Some(other) => format!("other threads {other} (push, wait, complete)"),
         }

@@ -53,7 +53,7 @@
 //! so (its operation holds its variables, and it would recurse), nor do
 //! they probe; nor any push while the profiler or hang diagnosis watches
 //! the queues, or on an executor whose ready work only waiting threads run
-//! (`Executor::runs_inline_over_cap`). `EngineBuilder::inline_pace(0)`
+//! (`ExecutorTraits::runs_on_pushers`). `EngineBuilder::inline_pace(0)`
 //! turns stints off with the pushes without variables that run unqueued.
 //!
 //! The stint is the engine's, the paces are each thread's: with several

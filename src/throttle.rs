@@ -7,14 +7,14 @@
 //! - **Helping or waiting.** Executors whose ready work only waiting threads
 //!   run (`naive`, random-order mode) make it help: it runs ready operations
 //!   meanwhile. Those whose workers take one core each make it wait
-//!   (`Executor::throttled_pushers_help`): a helping pusher only takes turns
+//!   (`ExecutorTraits::throttled_pushers_help`): a helping pusher only takes turns
 //!   with a worker.
 //! - **Yielding or sleeping.** A waiting pusher yields its core. A yield that
 //!   comes back at once (under [`ALONE_YIELD`]) found no other thread
 //!   wanting the core, so yielding on would keep that core busy for nothing.
 //!   Where the workers are free to move (pooled's, per_device's unpinned)
 //!   and as many of them are awake as the process has CPUs
-//!   (`Executor::movable_workers_fill_cpus`), two of them then share a
+//!   (`WorkerState::movable_workers_fill_cpus`), two of them then share a
 //!   CPU, and the scheduler, which sees no idle CPU to move one to, can
 //!   keep them so for the rest of a run. (Until 2026-11-27 the sign was
 //!   ready work in pooled's ring, which says nothing of unpinned per_device,
@@ -25,7 +25,7 @@
 //!   (`PendingCounter::sleep_until_finished`), and [`SLEEP_LIMIT`] bounds a
 //!   sleep that no completion ends.
 //! - **Where the pusher runs.** Each hold first tells the executor
-//!   (`Executor::note_throttled_pusher`): per_device's worker on the
+//!   (`WorkerState::note_throttled_pusher`): per_device's worker on the
 //!   pusher's CPU hands dependency chains to an idle worker, and which CPU
 //!   that is follows the pusher when the OS moves it.
 //! - **Never stuck.** A program may hold completions on purpose and signal
@@ -182,8 +182,8 @@ impl Core {
     /// there.
     fn hold_under(&self, cap: u64, until: Option<Instant>) -> bool {
         self.stats.throttled();
-        self.executor.note_throttled_pusher();
-        let helps = self.executor.throttled_pushers_help();
+        self.traits.note_throttled_pusher();
+        let helps = self.traits.throttled_pushers_help;
         let quarter = (cap / 4).max(1);
         let mut sleep_pays = self
             .pending
@@ -200,7 +200,7 @@ impl Core {
                 idle += 1;
                 let yielded = Instant::now();
                 std::thread::yield_now();
-                if sleep_pays && yielded.elapsed() < ALONE_YIELD && self.executor.movable_workers_fill_cpus() {
+                if sleep_pays && yielded.elapsed() < ALONE_YIELD && self.traits.movable_workers_fill_cpus() {
                     slept = self.sleep_to_low_water(cap, quarter);
                 }
             }

@@ -32,7 +32,7 @@ const WAIT_SPINS: u32 = if cfg!(depengine_loom) { 1 } else { 2_000 };
 
 /// How a waiting thread helps: `help` runs one ready operation if it finds
 /// one; `can_sleep` says whether the thread may sleep when it finds none
-/// (see `Executor::waiters_can_sleep`).
+/// (see `ExecutorTraits::waiters_can_sleep`).
 pub(crate) struct Helper<H> {
     pub(crate) help: H,
     pub(crate) can_sleep: bool,

@@ -67,10 +67,93 @@ impl WorkerThreads {
     }
 }
 
-/// Where ready operations run.
-///
-/// `GpuExecutor` (`gpu/rings.rs`) wraps a CPU executor and must forward
-/// each question below that has a default answer; its test lists them.
+/// What an executor is, as the rest of the engine needs to know it: told
+/// once, when the engine is built ([`Executor::traits`]), and kept by the
+/// core as plain data. A wrapper (the GPU executor) takes its inner
+/// executor's traits and changes only what it adds, so no answer can fall
+/// back to a default that the inner executor does not have.
+#[derive(Clone)]
+pub(crate) struct ExecutorTraits {
+    /// Worker threads serving CPU operations.
+    pub(crate) cpu_workers: usize,
+    /// All the executor's worker threads; they run operations as
+    /// `Core::run(op, Some(id))` with `id` below this.
+    pub(crate) worker_threads: usize,
+    /// Whether a waiting thread may sleep when `help` finds nothing. An
+    /// executor whose ready work only waiting threads run must say no:
+    /// work made ready by a completion signalled on another thread wakes
+    /// nobody, so its waiters poll (yielding) instead.
+    pub(crate) waiters_can_sleep: bool,
+    /// Whether an `Async` or `DeleteVar` operation found ready when it is
+    /// dispatched runs at once on the dispatching thread (the kAsync
+    /// inline path) instead of being scheduled.
+    pub(crate) runs_async_inline: bool,
+    /// Whether pushers may run operations on their own thread: a push
+    /// with no variables at the pending cap (`Core::unqueued_ticket`), and
+    /// the runs of a stint (`pusher_runs.rs`).
+    pub(crate) runs_on_pushers: bool,
+    /// Whether a pusher held at the pending cap runs ready work itself.
+    /// Executors whose workers take one core each say no: the pusher is
+    /// then a thread beyond the cores, and running bodies it only takes
+    /// turns with a worker whose operation it preempts; waiting for the
+    /// workers to bring the count down is faster (`throttle.rs`).
+    /// Executors whose ready work only a waiting thread runs must say yes.
+    pub(crate) throttled_pushers_help: bool,
+    /// What a throttled pusher asks of the workers (`None`: no workers).
+    pub(crate) workers: Option<Arc<dyn WorkerState>>,
+}
+
+/// The workers' state that a throttled pusher consults (`throttle.rs`).
+/// Neither method has a default: an executor with workers answers both.
+pub(crate) trait WorkerState: Send + Sync {
+    /// Whether workers that the OS may move between CPUs are awake
+    /// (running or spinning) in at least the number of CPUs this process
+    /// may use. A thread whose yield comes back at once has a CPU that no
+    /// one else wants, so two of those workers then share another CPU,
+    /// and a CPU the calling thread leaves idle would get one of them (a
+    /// throttled pusher sleeps rather than yields only then). Pinned
+    /// workers cannot move: no.
+    fn movable_workers_fill_cpus(&self) -> bool;
+
+    /// A pusher is held at the pending cap (called on its thread, once per
+    /// hold, before it waits): per_device looks where it runs now
+    /// (`Shared::follow_throttled_pusher`).
+    fn note_throttled_pusher(&self);
+}
+
+impl ExecutorTraits {
+    /// The traits of an executor without worker threads whose ready work
+    /// the threads that wait run (`naive`, random order without workers).
+    pub(crate) fn run_by_waiters() -> Self {
+        ExecutorTraits {
+            cpu_workers: 0,
+            worker_threads: 0,
+            waiters_can_sleep: true,
+            runs_async_inline: false,
+            runs_on_pushers: false,
+            throttled_pushers_help: true,
+            workers: None,
+        }
+    }
+
+    /// Whether workers that may move between CPUs fill them
+    /// ([`WorkerState::movable_workers_fill_cpus`]; no workers: no).
+    pub(crate) fn movable_workers_fill_cpus(&self) -> bool {
+        self.workers.as_ref().is_some_and(|w| w.movable_workers_fill_cpus())
+    }
+
+    /// Tells the workers that a pusher is held at the cap
+    /// ([`WorkerState::note_throttled_pusher`]).
+    pub(crate) fn note_throttled_pusher(&self) {
+        if let Some(w) = &self.workers {
+            w.note_throttled_pusher();
+        }
+    }
+}
+
+/// Where ready operations run. Every method is required: what the rest of
+/// the engine must know of an executor is data ([`ExecutorTraits`]), not
+/// questions with default answers.
 pub(crate) trait Executor: Send + Sync {
     /// Starts the executor's threads (each holds the core). On an error
     /// (a thread the OS would not start) the threads started so far keep
@@ -85,78 +168,16 @@ pub(crate) trait Executor: Send + Sync {
     /// executor has one it may run here; returns whether it ran one.
     fn help(&self, core: &Core) -> bool;
 
-    /// Whether a waiting thread may sleep when [`help`](Self::help) finds
-    /// nothing. An executor whose ready work only waiting threads run must
-    /// say no: work made ready by a completion signalled on another thread
-    /// wakes nobody, so its waiters poll (yielding) instead.
-    fn waiters_can_sleep(&self) -> bool {
-        true
-    }
-
     /// Stops and joins the executor's threads. Called once, with no work left.
     fn stop(&self);
 
-    /// Worker threads serving CPU operations.
-    fn cpu_workers(&self) -> usize;
+    /// What the executor is (see [`ExecutorTraits`]); asked once.
+    fn traits(&self) -> ExecutorTraits;
 
-    /// All the executor's worker threads; they run operations as
-    /// `Core::run(op, Some(id))` with `id` below this.
-    fn worker_threads(&self) -> usize {
-        0
-    }
-
-    /// The name of worker `id` (below [`worker_threads`](Self::worker_threads)),
-    /// for profiles and hang reports.
-    fn worker_name(&self, id: usize) -> String {
-        format!("worker {id}")
-    }
+    /// The name of worker `id` (below `worker_threads`), for profiles and
+    /// hang reports.
+    fn worker_name(&self, id: usize) -> String;
 
     /// Adds the executor's own counters (parks, wake-ups, queue depth).
-    fn add_stats(&self, _stats: &mut EngineStats) {}
-
-    /// Whether an `Async` or `DeleteVar` operation found ready when it is
-    /// dispatched runs at once on the dispatching thread (the kAsync inline
-    /// path) instead of being scheduled. A property of the executor's
-    /// kind: the core asks once, when it is built.
-    fn runs_async_inline(&self) -> bool {
-        false
-    }
-
-    /// Whether a pusher held at the pending cap runs ready work itself.
-    /// Executors whose workers take one core each say no: the pusher is
-    /// then a thread beyond the cores, and running bodies it only takes
-    /// turns with a worker, on blocks written long ago, while the worker
-    /// it displaces is preempted mid-operation; waiting for the workers to
-    /// bring the count down is faster (PERF.md, "Changes of 2026-11-24,
-    /// fourth round"). Executors whose ready work only a waiting thread
-    /// runs must say yes.
-    fn throttled_pushers_help(&self) -> bool {
-        true
-    }
-
-    /// Whether workers that the OS may move between CPUs are awake
-    /// (running or spinning) in at least the number of CPUs this process
-    /// may use. A thread whose yield comes back at once has a CPU that no
-    /// one else wants, so two of those workers then share another CPU,
-    /// and a CPU the calling thread leaves idle would get one of them (a
-    /// throttled pusher sleeps rather than yields only then,
-    /// `throttle.rs`). Pinned workers cannot move: no.
-    fn movable_workers_fill_cpus(&self) -> bool {
-        false
-    }
-
-    /// A pusher is held at the pending cap (called on its thread, once per
-    /// hold, before it waits): per_device looks where it runs now
-    /// (`Shared::follow_throttled_pusher`).
-    fn note_throttled_pusher(&self) {}
-
-    /// Whether a synchronous `Normal` CPU push with no variables that would
-    /// take the engine to the pending cap (and those after it until half
-    /// the cap has drained) runs its body on the pushing thread, inside the
-    /// push (`Core::unqueued_ticket`), instead of queuing it and then
-    /// waiting at the cap. Also whether a stint may run operations on its
-    /// pusher (`pusher_runs.rs`). Asked once, like `runs_async_inline`.
-    fn runs_inline_over_cap(&self) -> bool {
-        false
-    }
+    fn add_stats(&self, stats: &mut EngineStats);
 }

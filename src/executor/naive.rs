@@ -5,9 +5,10 @@
 //! checked against.
 
 use super::inline::{run_inline, run_queued_one};
-use super::Executor;
+use super::{Executor, ExecutorTraits};
 use crate::context::FnProperty;
 use crate::core::Core;
+use crate::stats::EngineStats;
 use std::sync::Arc;
 
 pub(crate) struct NaiveExecutor;
@@ -27,7 +28,13 @@ impl Executor for NaiveExecutor {
 
     fn stop(&self) {}
 
-    fn cpu_workers(&self) -> usize {
-        0
+    fn traits(&self) -> ExecutorTraits {
+        ExecutorTraits::run_by_waiters()
     }
+
+    fn worker_name(&self, id: usize) -> String {
+        format!("worker {id}")
+    }
+
+    fn add_stats(&self, _stats: &mut EngineStats) {}
 }

@@ -193,7 +193,7 @@ impl Sleep {
 
     /// Whether the workers are free to move between CPUs (not pinned) and
     /// at least `cpus` of them are not parked: running, spinning or about
-    /// to park (a hint; `Executor::movable_workers_fill_cpus`).
+    /// to park (a hint; `WorkerState::movable_workers_fill_cpus`).
     pub(crate) fn movable_workers_fill(&self, cpus: usize) -> bool {
         !self.pinned_workers && self.workers.saturating_sub(self.sleepers.load(Ordering::Relaxed)) as usize >= cpus
     }

@@ -90,7 +90,7 @@ use super::park::{push_and_wake, Sleep, Spun};
 use super::priority::PriorityPool;
 use super::ready_ring::ReadyRing;
 use super::AbortOnUnwind;
-use super::{Executor, WorkerThreads};
+use super::{Executor, ExecutorTraits, WorkerState, WorkerThreads};
 use crate::context::{Context, FnProperty};
 use crate::core::Core;
 use crate::pool::NIL;
@@ -258,6 +258,18 @@ impl PerDeviceExecutor {
         // SAFETY: a non-null `LOCAL` points at the worker's own `Local`,
         // alive on its stack for as long as the thread works.
         (!local.is_null() && std::ptr::eq(unsafe { (*local).shared }, &*self.shared)).then(|| unsafe { &*local })
+    }
+}
+
+impl WorkerState for Shared {
+    fn movable_workers_fill_cpus(&self) -> bool {
+        self.sleep.movable_workers_fill(self.topology.cpus.len())
+    }
+
+    fn note_throttled_pusher(&self) {
+        if let Some(cpu) = current_cpu() {
+            self.follow_throttled_pusher(cpu as u32);
+        }
     }
 }
 
@@ -638,10 +650,6 @@ impl Executor for PerDeviceExecutor {
         Ok(())
     }
 
-    fn movable_workers_fill_cpus(&self) -> bool {
-        self.shared.sleep.movable_workers_fill(self.shared.topology.cpus.len())
-    }
-
     fn schedule(&self, core: &Core, op: u32, prop: FnProperty) {
         let shared = &*self.shared;
         // SAFETY: a ready block belongs to whoever schedules it.
@@ -717,24 +725,6 @@ impl Executor for PerDeviceExecutor {
         }
     }
 
-    fn runs_async_inline(&self) -> bool {
-        true
-    }
-
-    fn runs_inline_over_cap(&self) -> bool {
-        true
-    }
-
-    fn throttled_pushers_help(&self) -> bool {
-        false
-    }
-
-    fn note_throttled_pusher(&self) {
-        if let Some(cpu) = current_cpu() {
-            self.shared.follow_throttled_pusher(cpu as u32);
-        }
-    }
-
     fn stop(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.sleep.notify_all();
@@ -742,12 +732,16 @@ impl Executor for PerDeviceExecutor {
         self.threads.join_all();
     }
 
-    fn cpu_workers(&self) -> usize {
-        self.shared.stealers.len()
-    }
-
-    fn worker_threads(&self) -> usize {
-        self.shared.stealers.len() + self.shared.priority_workers
+    fn traits(&self) -> ExecutorTraits {
+        ExecutorTraits {
+            cpu_workers: self.shared.stealers.len(),
+            worker_threads: self.shared.stealers.len() + self.shared.priority_workers,
+            waiters_can_sleep: true,
+            runs_async_inline: true,
+            runs_on_pushers: true,
+            throttled_pushers_help: false,
+            workers: Some(self.shared.clone()),
+        }
     }
 
     fn worker_name(&self, id: usize) -> String {

@@ -35,7 +35,7 @@ use super::inline::{run_inline, run_queued_one};
 use super::park::{push_and_wake, Sleep, Spun};
 use super::ready_ring::ReadyRing;
 use super::AbortOnUnwind;
-use super::{Executor, WorkerThreads};
+use super::{Executor, ExecutorTraits, WorkerState, WorkerThreads};
 use crate::context::FnProperty;
 use crate::core::Core;
 use crate::pool::NIL;
@@ -294,6 +294,20 @@ impl PooledExecutor {
     }
 }
 
+/// The CPU pool's state, as a throttled pusher consults it.
+struct PooledWorkers {
+    pool: Arc<WorkerPool>,
+    cpus: usize,
+}
+
+impl WorkerState for PooledWorkers {
+    fn movable_workers_fill_cpus(&self) -> bool {
+        self.pool.sleep.movable_workers_fill(self.cpus)
+    }
+
+    fn note_throttled_pusher(&self) {}
+}
+
 impl Executor for PooledExecutor {
     fn start(&self, core: &Arc<Core>) -> std::io::Result<()> {
         for (kind, pool) in [("cpu", &self.normal), ("copy", &self.copy)] {
@@ -309,18 +323,6 @@ impl Executor for PooledExecutor {
     fn schedule(&self, core: &Core, op: u32, prop: FnProperty) {
         let pool = if prop.is_copy() { &self.copy } else { &self.normal };
         pool.schedule(core, op);
-    }
-
-    fn runs_inline_over_cap(&self) -> bool {
-        true
-    }
-
-    fn throttled_pushers_help(&self) -> bool {
-        false
-    }
-
-    fn movable_workers_fill_cpus(&self) -> bool {
-        self.normal.sleep.movable_workers_fill(self.cpus)
     }
 
     fn help(&self, core: &Core) -> bool {
@@ -350,12 +352,16 @@ impl Executor for PooledExecutor {
         self.threads.join_all();
     }
 
-    fn cpu_workers(&self) -> usize {
-        self.normal.workers
-    }
-
-    fn worker_threads(&self) -> usize {
-        self.normal.workers + self.copy.workers
+    fn traits(&self) -> ExecutorTraits {
+        ExecutorTraits {
+            cpu_workers: self.normal.workers,
+            worker_threads: self.normal.workers + self.copy.workers,
+            waiters_can_sleep: true,
+            runs_async_inline: false,
+            runs_on_pushers: true,
+            throttled_pushers_help: false,
+            workers: Some(Arc::new(PooledWorkers { pool: self.normal.clone(), cpus: self.cpus })),
+        }
     }
 
     fn worker_name(&self, id: usize) -> String {

@@ -36,9 +36,10 @@
 use super::inline::{run_inline, run_queued_one};
 use super::park::Sleep;
 use super::ready_ring::ReadyRing;
-use super::{Executor, WorkerThreads};
+use super::{Executor, ExecutorTraits, WorkerThreads};
 use crate::context::FnProperty;
 use crate::core::Core;
+use crate::stats::EngineStats;
 use crate::sync::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -150,27 +151,29 @@ impl Executor for ShuffleExecutor {
         }
     }
 
-    fn waiters_can_sleep(&self) -> bool {
-        // Workers run what a foreign completion makes ready; without them
-        // only waiting threads do, so they must keep looking.
-        self.workers > 0
-    }
-
     fn stop(&self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         self.shared.sleep.notify_all();
         self.threads.join_all();
     }
 
-    fn cpu_workers(&self) -> usize {
-        self.workers
-    }
-
-    fn worker_threads(&self) -> usize {
-        self.workers
+    fn traits(&self) -> ExecutorTraits {
+        ExecutorTraits {
+            cpu_workers: self.workers,
+            worker_threads: self.workers,
+            // Workers run what a foreign completion makes ready; without
+            // them only waiting threads do, so they must keep looking.
+            waiters_can_sleep: self.workers > 0,
+            // Its workers are not pinned, but the mode is for finding
+            // ordering bugs, not speed: a throttled pusher only yields.
+            workers: None,
+            ..ExecutorTraits::run_by_waiters()
+        }
     }
 
     fn worker_name(&self, id: usize) -> String {
         format!("shuffle worker {id}")
     }
+
+    fn add_stats(&self, _stats: &mut EngineStats) {}
 }

@@ -19,7 +19,7 @@ use crate::context::{Context, FnProperty};
 use crate::core::Core;
 use crate::error::EngineError;
 use crate::executor::pooled::WorkerPool;
-use crate::executor::{Executor, WorkerThreads};
+use crate::executor::{Executor, ExecutorTraits, WorkerThreads};
 use crate::opr::{Meta, OprBlock};
 use crate::stats::EngineStats;
 use crate::sync::Ordering;
@@ -286,13 +286,15 @@ fn gpu_error(e: DriverError) -> EngineError {
 /// The CPU executor plus the GPU rings (see the module docs).
 pub(crate) struct GpuExecutor {
     cpu: Box<dyn Executor>,
+    /// The CPU executor's worker threads: the lanes' ids follow them.
+    cpu_threads: usize,
     rings: Arc<GpuRings>,
 }
 
 impl GpuExecutor {
     /// Routes GPU operations of `rings`' devices to them, the rest to `cpu`.
     pub(crate) fn new(cpu: Box<dyn Executor>, rings: Arc<GpuRings>) -> Self {
-        GpuExecutor { cpu, rings }
+        GpuExecutor { cpu_threads: cpu.traits().worker_threads, cpu, rings }
     }
 }
 
@@ -319,25 +321,19 @@ impl Executor for GpuExecutor {
         self.cpu.help(core)
     }
 
-    fn waiters_can_sleep(&self) -> bool {
-        self.cpu.waiters_can_sleep()
-    }
-
     fn stop(&self) {
         self.rings.stop();
         self.cpu.stop();
     }
 
-    fn cpu_workers(&self) -> usize {
-        self.cpu.cpu_workers()
-    }
-
-    fn worker_threads(&self) -> usize {
-        self.cpu.worker_threads() + self.rings.lane_workers()
+    fn traits(&self) -> ExecutorTraits {
+        // The CPU executor's, whole: the rings add only their lanes.
+        let cpu = self.cpu.traits();
+        ExecutorTraits { worker_threads: cpu.worker_threads + self.rings.lane_workers(), ..cpu }
     }
 
     fn worker_name(&self, id: usize) -> String {
-        let Some(lane) = id.checked_sub(self.cpu.worker_threads()) else {
+        let Some(lane) = id.checked_sub(self.cpu_threads) else {
             return self.cpu.worker_name(id);
         };
         match self.rings.lanes.get(lane) {
@@ -352,31 +348,29 @@ impl Executor for GpuExecutor {
             dev.pools.iter().for_each(|p| p.add_stats(s));
         }
     }
-
-    fn runs_async_inline(&self) -> bool {
-        self.cpu.runs_async_inline()
-    }
-
-    fn runs_inline_over_cap(&self) -> bool {
-        self.cpu.runs_inline_over_cap()
-    }
-
-    fn throttled_pushers_help(&self) -> bool {
-        self.cpu.throttled_pushers_help()
-    }
-
-    fn movable_workers_fill_cpus(&self) -> bool {
-        self.cpu.movable_workers_fill_cpus()
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::executor::WorkerState;
+    use std::sync::atomic::AtomicUsize;
 
-    /// A CPU executor whose every policy answer is the opposite of the
-    /// trait's default.
+    /// A CPU executor whose every trait differs from `run_by_waiters`.
     struct Contrary;
+
+    static NOTED: AtomicUsize = AtomicUsize::new(0);
+
+    struct ContraryWorkers;
+
+    impl WorkerState for ContraryWorkers {
+        fn movable_workers_fill_cpus(&self) -> bool {
+            true
+        }
+        fn note_throttled_pusher(&self) {
+            NOTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
 
     impl Executor for Contrary {
         fn start(&self, _core: &Arc<Core>) -> std::io::Result<()> {
@@ -388,40 +382,43 @@ mod tests {
         fn help(&self, _core: &Core) -> bool {
             false
         }
-        fn waiters_can_sleep(&self) -> bool {
-            false
-        }
         fn stop(&self) {}
-        fn cpu_workers(&self) -> usize {
-            3
+        fn traits(&self) -> ExecutorTraits {
+            ExecutorTraits {
+                cpu_workers: 3,
+                worker_threads: 4,
+                waiters_can_sleep: false,
+                runs_async_inline: true,
+                runs_on_pushers: true,
+                throttled_pushers_help: false,
+                workers: Some(Arc::new(ContraryWorkers)),
+            }
         }
-        fn runs_async_inline(&self) -> bool {
-            true
+        fn worker_name(&self, id: usize) -> String {
+            format!("contrary {id}")
         }
-        fn throttled_pushers_help(&self) -> bool {
-            false
-        }
-        fn movable_workers_fill_cpus(&self) -> bool {
-            true
-        }
-        fn runs_inline_over_cap(&self) -> bool {
-            true
-        }
+        fn add_stats(&self, _stats: &mut EngineStats) {}
     }
 
-    /// The GPU executor answers every policy question as the CPU executor
-    /// it wraps: one it did not forward (`movable_workers_fill_cpus`, until
-    /// 2026-11-27) took the trait's default on every machine with a GPU.
+    /// The GPU executor has the traits of the CPU executor it wraps, plus
+    /// its lanes' threads. Two it once did not pass on took a default on
+    /// every machine with a GPU: `movable_workers_fill_cpus` (until
+    /// 2026-11-27) and `note_throttled_pusher` (per_device's tracking of
+    /// the pusher's CPU was off).
     #[test]
-    fn policy_questions_go_to_the_cpu_executor() {
-        let rings = Arc::new(GpuRings::new(RingSizes { compute: 1, priority: 1, copy: 1 }, Duration::ZERO, 3));
-        let gpu = GpuExecutor::new(Box::new(Contrary), rings);
-        let cpu = Contrary;
-        assert_eq!(gpu.waiters_can_sleep(), cpu.waiters_can_sleep(), "waiters_can_sleep");
-        assert_eq!(gpu.cpu_workers(), cpu.cpu_workers(), "cpu_workers");
-        assert_eq!(gpu.runs_async_inline(), cpu.runs_async_inline(), "runs_async_inline");
-        assert_eq!(gpu.throttled_pushers_help(), cpu.throttled_pushers_help(), "throttled_pushers_help");
-        assert_eq!(gpu.movable_workers_fill_cpus(), cpu.movable_workers_fill_cpus(), "movable_workers_fill_cpus");
-        assert_eq!(gpu.runs_inline_over_cap(), cpu.runs_inline_over_cap(), "runs_inline_over_cap");
+    fn the_gpu_executor_has_the_cpu_executors_traits() {
+        let rings = Arc::new(GpuRings::new(RingSizes { compute: 1, priority: 1, copy: 1 }, Duration::ZERO, 4));
+        let lanes = rings.lane_workers();
+        let gpu = GpuExecutor::new(Box::new(Contrary), rings).traits();
+        let cpu = Contrary.traits();
+        assert_eq!(gpu.waiters_can_sleep, cpu.waiters_can_sleep, "waiters_can_sleep");
+        assert_eq!(gpu.cpu_workers, cpu.cpu_workers, "cpu_workers");
+        assert_eq!(gpu.worker_threads, cpu.worker_threads + lanes, "worker_threads");
+        assert_eq!(gpu.runs_async_inline, cpu.runs_async_inline, "runs_async_inline");
+        assert_eq!(gpu.throttled_pushers_help, cpu.throttled_pushers_help, "throttled_pushers_help");
+        assert_eq!(gpu.runs_on_pushers, cpu.runs_on_pushers, "runs_on_pushers");
+        assert!(gpu.movable_workers_fill_cpus(), "movable_workers_fill_cpus");
+        gpu.note_throttled_pusher();
+        assert_eq!(NOTED.load(std::sync::atomic::Ordering::Relaxed), 1, "note_throttled_pusher not passed on");
     }
 }

@@ -15,7 +15,7 @@
 //! every operation and the round trip crosses cores twice. This is the
 //! pattern a worker that holds back to let work pile up would hurt: to
 //! the engine it looks like a pusher streaming one operation ahead
-//! (PERF.md, "2026-11-26, second session: a worker that holds back").
+//! (perf/journal/2026-11-26.md, "2026-11-26, second session: a worker that holds back").
 //! The `DEPENGINE_*` variables apply.
 
 use depengine::{EngineBuilder, EngineKind};

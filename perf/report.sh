@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the measured tables of PERF.md in one command:
+# Takes the full set of figures that PERF.md's tables come from, in one command:
 #
 #   perf/report.sh            full run (tens of minutes on 2 cores)
 #   QUICK=1 perf/report.sh    smoke run (N/100, 2 repetitions; do not publish)
@@ -27,11 +27,12 @@
 #    timeline (`--timeline`, `perf/timeline.py --markdown`: per
 #    operation, the workers' gaps and time away; NO_TIMELINE=1 skips
 #    it), into <stamp>.timeline.{txt,md}, and adds that section too;
-# 4. replaces the part of PERF.md between `<!-- report:begin -->` and
-#    `<!-- report:end -->` with the markdown tables;
-# 5. runs the criterion suite of the engine's parts and puts its medians
-#    between `<!-- floors:begin -->` and `<!-- floors:end -->` (NO_BENCH=1
+# 4. runs the criterion suite of the engine's parts into
+#    <stamp>.bench.txt and its medians into <stamp>.floors.md (NO_BENCH=1
 #    skips it).
+#
+# PERF.md's tables are updated by hand from <stamp>.md (keep one report per
+# figure PERF.md cites; the notes of a run go to perf/journal/).
 #
 # BUILD_ONLY=1 stops after step 2, with the peers built in $BUILD_DIR
 # (default /tmp/depengine-peers): what scripts/perf-bundle.sh carries to a
@@ -122,7 +123,7 @@ if [[ "${NO_ONE_CPU:-0}" != 1 && $cpus -gt 1 ]] && command -v taskset >/dev/null
         --markdown "$stamp.one-cpu.md" | tee "$stamp.one-cpu.txt"
     {
         printf '\n### W = 1000 on one CPU: the engine'"'"'s own work\n\n'
-        printf 'Our engines'"'"' parallel rows again, every thread on CPU %s (`taskset`; PERF.md, "fifteenth session").\n\n' "$first"
+        printf 'Our engines'"'"' parallel rows again, every thread on CPU %s (`taskset`; perf/journal/2026-11-28.md, fifteenth session).\n\n' "$first"
         # Its headings one level down, under this one.
         sed 's/^### /#### /' "$stamp.one-cpu.md"
     } >> "$stamp.md"
@@ -140,22 +141,12 @@ if [[ "${NO_TIMELINE:-0}" != 1 ]]; then
     rm -rf "$timelines"
     {
         printf '\n### W = 1000: where the time goes (the bodies'"'"' timeline)\n\n'
-        printf 'Our engines'"'"' parallel rows once more (one round, after the rows above), each body recording when it ran and on which thread (`--timeline`, `perf/timeline.py --markdown`; PERF.md, "sixteenth session"). Per operation, over the workers: the gaps between two bodies of a worker (the engine'"'"'s work there), its gaps over 5 µs (time away: the pusher had its CPU, or nothing was ready), and bodies, gaps and time away over one body, which is the workers'"'"' time per operation over one body and so what the row reads over the floor of its workers. The round trips of this pass are in %s.\n\n' "\`$stamp.timeline.txt\`"
+        printf 'Our engines'"'"' parallel rows once more (one round, after the rows above), each body recording when it ran and on which thread (`--timeline`, `perf/timeline.py --markdown`; perf/journal/2026-11-28.md, sixteenth session). Per operation, over the workers: the gaps between two bodies of a worker (the engine'"'"'s work there), its gaps over 5 µs (time away: the pusher had its CPU, or nothing was ready), and bodies, gaps and time away over one body, which is the workers'"'"' time per operation over one body and so what the row reads over the floor of its workers. The round trips of this pass are in %s.\n\n' "\`$stamp.timeline.txt\`"
         cat "$stamp.timeline.md"
     } >> "$stamp.md"
 fi
 
-# Replaces what lies between `<!-- NAME:begin -->` and `<!-- NAME:end -->` in PERF.md.
-splice() { # name, file
-    grep -q "<!-- $1:begin -->" PERF.md && grep -q "<!-- $1:end -->" PERF.md || { echo "PERF.md has no $1 markers" >&2; exit 1; }
-    awk -v table="$2" -v begin="<!-- $1:begin -->" -v end="<!-- $1:end -->" '
-        index($0, end) { skipping = 0 }
-        !skipping { print }
-        index($0, begin) { while ((getline line < table) > 0) print line; skipping = 1 }
-    ' PERF.md > PERF.md.new && mv PERF.md.new PERF.md
-    echo "PERF.md: the $1 section now holds $2"
-}
-splice report "$stamp.md"
+echo "== the report: $stamp.md (PERF.md is updated from it by hand)"
 
 # 5. the one-thread floors of the parts: the criterion suite (NO_BENCH=1 skips).
 if [[ "${NO_BENCH:-0}" != 1 ]]; then
@@ -165,5 +156,5 @@ if [[ "${NO_BENCH:-0}" != 1 ]]; then
     [[ "${QUICK:-0}" == 1 ]] && bench_args=(-- --quick)
     cargo bench -q -p depengine --features bench-internals --bench '*' "${bench_args[@]}" > "$stamp.bench.txt" 2>&1
     python3 perf/floors.py target/criterion > "$stamp.floors.md"
-    splice floors "$stamp.floors.md"
+    echo "== the parts' floors: $stamp.floors.md"
 fi

@@ -33,7 +33,7 @@ use crate::engine::Engine;
 use crate::error::EngineError;
 use std::time::Duration;
 
-/// Which engine to build (SPEC §3).
+/// Which engine to build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum EngineKind {
     /// Runs each operation on the thread that made it ready (inside the push
@@ -80,26 +80,20 @@ impl EngineKind {
 /// 1,024 of them 448 KB) and also how long an operation's lines wait
 /// between its push and its run. With a deep backlog a block is run
 /// milliseconds after its pusher wrote it, by when its lines have left the
-/// caches; with a shallow one they are still near. Measured against
-/// 16,384 (PERF.md, "Changes of 2026-11-23, measured"): the parallel
-/// W=1000 rows of both threaded engines 4–16 % faster in alternating pairs
-/// (15–24 % at ten times the operations; `chain`, one body at a time,
-/// unchanged), the W=0 rows within the noise but `fanout`
-/// (4–7 % slower: the pusher now throttles on the backlog's swings); 512
-/// no better.
+/// caches; with a shallow one they are still near. Against 16,384 it made
+/// the parallel W=1000 workloads of both threaded engines 4–16 % faster,
+/// and `fanout` at W=0 4–7 % slower (its pusher throttles on the backlog's
+/// swings); 512 was no better.
 pub const DEFAULT_MAX_PENDING: u64 = 1_024;
 
 /// The default inline pace ([`EngineBuilder::inline_pace`]). Stints of
 /// operations with variables are probed for below eight times it.
 ///
 /// Handing an operation with no variables to a worker costs the pushing
-/// thread about 60 ns on the two-core hosts of PERF.md, and running it
-/// inside the push about 11 plus its body. A run is worth handing over
-/// once the body (with whatever the thread does between its pushes) takes
-/// about as long as that difference: runs coming faster than one per
-/// 50 ns are not. Measured at W=0, where the pace is about 13 ns, and at
-/// W=1000, where it is about 1.5 µs and nothing changes (PERF.md,
-/// "2026-11-27, eighth session").
+/// thread some tens of ns, and running it inside the push about a tenth of
+/// that plus its body. A run is worth handing over once the body (with
+/// whatever the thread does between its pushes) takes about as long as
+/// that difference: runs coming faster than one per 50 ns are not.
 pub const DEFAULT_INLINE_PACE: Duration = Duration::from_nanos(50);
 
 /// The most threads a builder may ask of one pool (CPU workers, copy or
@@ -386,23 +380,20 @@ impl EngineBuilder {
     ///
     /// On the `pooled` and `per_device` engines the held pusher yields its
     /// core to the workers rather than running their work (one worker per
-    /// core already uses every core; PERF.md, "Changes of 2026-11-24,
-    /// fourth round"). On `pooled`, whose workers the OS may move, a
+    /// core already uses every core). On `pooled`, whose workers the OS may move, a
     /// pusher whose yields come back at once while ready work waits sleeps
     /// instead until the workers have drained a quarter of the cap (when
     /// they drain slowly enough for a sleep to pay), so that its core can
-    /// run a worker ([`EngineStats::throttle_sleeps`](crate::EngineStats::throttle_sleeps);
-    /// PERF.md, "…, sixth round"). There is one exception to the waiting: a synchronous `Normal` CPU
+    /// run a worker ([`EngineStats::throttle_sleeps`](crate::EngineStats::throttle_sleeps)).
+    /// There is one exception to the waiting: a synchronous `Normal` CPU
     /// push with no variables that would take the engine to the cap runs
     /// its body on the pushing thread, inside the push, with no operation
     /// block and no queue, as libgomp runs an undeferred task: queuing it
     /// would only send it to another core and then wait (`nodeps` at W=0
-    /// about 2.3 times as fast; PERF.md, "…, second round" and "…, fifth
-    /// round"). With [`run_on_pusher`](Self::run_on_pusher) on (not the
+    /// about 2.3 times as fast). With [`run_on_pusher`](Self::run_on_pusher) on (not the
     /// default), once one has run so, such pushes go on running inside
     /// themselves until the workers have drained the pending count to half
-    /// the cap (`nodeps` at W=0 about a fifth faster again; PERF.md,
-    /// "2026-11-27, sixth session"), and past that for as long as the
+    /// the cap (`nodeps` at W=0 about a fifth faster again), and past that for as long as the
     /// pushing thread's runs come faster than the inline pace
     /// ([`inline_pace`](Self::inline_pace)). It still takes a ticket
     /// ([`RunContext::ticket`](crate::RunContext::ticket)) and
@@ -437,7 +428,7 @@ impl EngineBuilder {
     /// below the cap too: runs with no variables at the
     /// [`inline_pace`](Self::inline_pace), and *stints* in which a pusher
     /// runs the operations its pushes make ready. That makes W=0 rows
-    /// several times faster (PERF.md, "Running on the pusher").
+    /// several times faster (PERF.md has the figures).
     ///
     /// **Hazard:** with it on, a body must not wait for anything its
     /// pushing thread does only after the push (set a flag, send on a
@@ -498,11 +489,9 @@ impl EngineBuilder {
     /// doubles up to 128 ms while probes keep failing. In a stint a
     /// synchronous push whose variables are all free runs *directly*,
     /// with no operation block at all: granted, run and released inside
-    /// the push. At W=0 on the two-core hosts of PERF.md, `chain` runs in
-    /// about 30 ns an operation instead of 50–60 queued, `random` in 60
-    /// instead of about 220, `layered` in 55 instead of 150–160 and
-    /// `fanout` in 40 instead of about 125 ("2026-11-27, ninth session"
-    /// and "tenth session"). [`EngineStats::stints`](crate::EngineStats::stints)
+    /// the push. At W=0, `chain` then runs about twice as fast and
+    /// `random`, `layered` and `fanout` about three times as fast as queued.
+    /// [`EngineStats::stints`](crate::EngineStats::stints)
     /// counts the stints; a body's own pushes, and pushes while the
     /// profiler or hang diagnosis is on, never run so. As with a pusher at
     /// the cap, a body that a stint may run inside its push must not wait
@@ -552,7 +541,7 @@ impl EngineBuilder {
         self
     }
 
-    /// Profiles the engine from the start (SPEC §6): when the engine is
+    /// Profiles the engine from the start: when the engine is
     /// dropped, the Chrome trace of every operation it ran is written to
     /// `path` (open it in <https://ui.perfetto.dev> or `chrome://tracing`)
     /// and the per-name summary next to it (`trace.json` → `trace.summary.txt`). Also set by

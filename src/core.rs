@@ -489,14 +489,14 @@ impl Core {
     /// a completion made room, paying the hand-off (about 60 ns of the
     /// pusher's time on the two-core hosts, against 11 for a run inside
     /// the push) only to meet the cap again at the next push. Half the cap
-    /// still queued keeps the workers busy meanwhile (PERF.md, "2026-11-27,
+    /// still queued keeps the workers busy meanwhile (perf/journal/2026-11-27.md, "2026-11-27,
     /// sixth session": `nodeps` at W=0 0.78–0.80 of its time on both
     /// threaded engines, W=1000 unchanged).
     ///
     /// Below half the cap they go on running unqueued while this thread's
     /// runs come faster than the inline pace (`inline_pace.rs`): bodies that
     /// short cost the pusher less to run than to hand over, and the workers
-    /// they would keep busy pay nothing back (PERF.md, "2026-11-27, eighth
+    /// they would keep busy pay nothing back (perf/journal/2026-11-27.md, "2026-11-27, eighth
     /// session": `nodeps` at W=0 0.47–0.48 of its time).
     ///
     /// While pushers run the operations that their pushes make ready

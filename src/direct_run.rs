@@ -123,7 +123,7 @@ impl Core {
 
     /// [`direct_grant`](Self::direct_grant) past its first checks. In
     /// line in the push: out of line, its call frame cost `chain` 7 %
-    /// (PERF.md, "2026-11-28, eleventh session").
+    /// (perf/journal/2026-11-28.md, "2026-11-28, eleventh session").
     #[inline]
     fn direct_grant_now(&self, grant: &mut DirectGrant, reads: &[Var], writes: &[Var]) -> Result<bool, EngineError> {
         if !self.may_run_ready_here() {
@@ -230,7 +230,7 @@ impl Core {
         // locked instruction per write (the park) and two per read (the
         // count and the park), each waiting for every store before it, the
         // body's included. Taking the combiner again costs about one of
-        // them: it pays from two on (PERF.md, "2026-11-27, tenth session").
+        // them: it pays from two on (perf/journal/2026-11-27.md, "2026-11-27, tenth session").
         let mut released = 0u32; // bit i: deps[i]
         let locked: usize = deps.iter().map(|d| if d.writes() { 1 } else { 2 }).sum();
         if locked >= 2 {

@@ -40,7 +40,7 @@
 //! Most programs push from one thread. For it, even the fast path's CAS on
 //! `busy` is the costliest step of a push with few variables: a locked
 //! instruction waits for the store buffer to drain the operation block just
-//! filled (halving `nodeps` at W=0 when it goes, PERF.md). So the role has
+//! filled (halving `nodeps` at W=0 when it goes, perf/journal/2026-11-25.md). So the role has
 //! a second way in, for one thread at a time, the **owner** (its
 //! [`thread_slot`](crate::thread_slot), held in `owner`):
 //!

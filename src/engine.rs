@@ -555,7 +555,7 @@ impl Engine {
 
     // ----- profiling -----------------------------------------------------------
 
-    /// Starts recording every operation pushed from now on (SPEC §6);
+    /// Starts recording every operation pushed from now on;
     /// [`stop_profiling`](Self::stop_profiling) returns what was recorded.
     /// The first start allocates the profiler's rings; recording itself
     /// allocates nothing and takes no lock. Starting again discards the

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 /// The failure of one operation, recorded on every variable it writes and
-/// inherited by the operations that read them (SPEC §4).
+/// inherited by the operations that read them.
 ///
 /// The same `Arc` flows down the graph, so [`OpError::op_name`] always names
 /// the operation that failed first, not the ones skipped because of it.

@@ -10,7 +10,7 @@
 //! then the bodies are so short that handing one to a worker (about 60 ns
 //! of the pusher's time on the two-core hosts, where a run inside the push
 //! takes 11) costs the pusher more than running it, and a worker's help
-//! does not pay for it (PERF.md, "2026-11-27, eighth session").
+//! does not pay for it (perf/journal/2026-11-27.md, "2026-11-27, eighth session").
 //!
 //! # The windows
 //!

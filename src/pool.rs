@@ -23,7 +23,7 @@
 //! Their origins are all the reservation's base, so the slot of an index
 //! below `flat_len` is that base plus the index: a compare with a field
 //! instead of a shift, an `ilog2` and a load that depends on them, ahead of
-//! every block's first load (PERF.md, "eighteenth session": 0.93–0.98 of
+//! every block's first load (perf/journal/2026-11-28.md, "eighteenth session": 0.93–0.98 of
 //! the W = 0 times on the rows with variables). Indices past them, a pool
 //! whose reservation the kernel refused, and loom builds use the heap
 //! segments alone; a flat segment is claimed (its `segments` word, null to
@@ -51,7 +51,7 @@
 //! value that becomes the head of its free list on every take, so those
 //! lines travel while the pusher is still busy with the current operation.
 //! It is a hint: which index a take hands out never depends on it (a test
-//! checks). Measured in PERF.md ("fourth round"): pair ratios of 0.70–1.00
+//! checks). Measured in perf/journal/2026-11-23.md ("fourth round"): pair ratios of 0.70–1.00
 //! on the threaded engines at W = 0, `chains64` gaining most.
 //!
 //! One place ahead is not far: the next index is known only once the
@@ -62,7 +62,7 @@
 //! ([`Pooled::ahead_hint`]), the index [`HINT_AHEAD`] places further down
 //! the chain it builds (the one it added that many adds before), and a
 //! take prefetches that one too: a chain given back by a worker is then
-//! fetched two operations ahead (PERF.md, "Changes of 2026-11-24": `chain`
+//! fetched two operations ahead (perf/journal/2026-11-24.md, "Changes of 2026-11-24": `chain`
 //! 0.82 on per_device, `nodeps` 0.36 on pooled). A value given back alone
 //! has no hint (`NIL`). A [`TakeCache`] prefetches the same way.
 //!
@@ -133,7 +133,7 @@ pub(crate) trait Pooled: Default {
 
 /// How many places down a given-back chain a value's
 /// [`ahead_hint`](Pooled::ahead_hint) points. Two measured best of 2, 4
-/// and 8 (PERF.md, "Changes of 2026-11-24"): further ahead, more lines
+/// and 8 (perf/journal/2026-11-24.md, "Changes of 2026-11-24"): further ahead, more lines
 /// travel that a run of grants still wants.
 const HINT_AHEAD: usize = 2;
 
@@ -717,7 +717,7 @@ impl TakeCache {
 /// dispatcher. The flag is one more locked instruction per take, but on a
 /// line only takers touch: the pool's head, which every worker's batch of
 /// given-back blocks is swapped onto, is touched once per refill instead of
-/// once per take (per_device `chain` W=0 0.81 in alternating pairs; PERF.md,
+/// once per take (per_device `chain` W=0 0.81 in alternating pairs; perf/journal/2026-11-24.md,
 /// "Changes of 2026-11-24, third round").
 pub(crate) struct SharedTakeCache {
     busy: AtomicBool,
@@ -779,7 +779,7 @@ impl SharedTakeCache {
 /// push, with no locked instruction on either side. Everything else goes
 /// to the pool: keeping more, or on every give by a non-worker, cost
 /// `naive` `random` and `layered` 8–11 % and pooled `nodeps` up to 14 %
-/// (PERF.md, "Tried and not kept").
+/// (perf/journal/tried.md, "Tried and not kept").
 ///
 /// The head is an atomic only so that [`cached`](Self::cached) may count
 /// from another thread; the holder reads and writes it relaxed. A slot

@@ -1,4 +1,4 @@
-//! The profiler's recording side (SPEC §6): timestamps on the operation
+//! The profiler's recording side: timestamps on the operation
 //! block, and per-thread ring buffers of finished operations.
 //!
 //! # Off: one branch

@@ -4,7 +4,7 @@
 //! running it: its operation block, its variable blocks and each
 //! variable's lines cross cores, while the pusher, running it inside the
 //! push, finds them all in its own cache. On the two-core hosts `random`
-//! at W=0 takes about 200 ns/op queued and 93 run on the pusher (PERF.md,
+//! at W=0 takes about 200 ns/op queued and 93 run on the pusher (perf/journal/2026-11-27.md,
 //! "2026-11-27, ninth session"). The engine therefore switches between two
 //! ways of treating a ready operation, measuring both as the pushing
 //! thread sees them: how often its pushes come (`inline_pace.rs`, one

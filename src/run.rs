@@ -2,7 +2,7 @@
 //! record the outcome on the written variables, release every variable
 //! (granting whoever waits next) and give the block back.
 //!
-//! # Failures (SPEC §4)
+//! # Failures
 //!
 //! Before running a body the runner looks at the variables it reads: if one
 //! holds a failure (and the push did not ask for `no_skip`), the body is

@@ -22,7 +22,7 @@
 //! [`SWEEP_ROUND`] blocks (the threaded engines' pools,
 //! `Pool::sweeping_from`, allocated when the engine is built) the cache
 //! takes fresh ones instead, so that one round is long: 255 KiB of
-//! variable blocks per engine. PERF.md, "Changes of 2026-11-25", has the
+//! variable blocks per engine. perf/journal/2026-11-25.md, "Changes of 2026-11-25", has the
 //! figures.
 //!
 //! # Invariants
@@ -52,7 +52,7 @@ use std::ptr;
 /// before their [`SweepCache`] claims (`Pool::sweeping_from`): the round a
 /// given-back block waits before it is taken again. The first eight pool
 /// segments exactly (16,320 blocks, 255 KiB), so that none is allocated
-/// in part. Measured as 16,384 against 4,096 and 65,536 (PERF.md,
+/// in part. Measured as 16,384 against 4,096 and 65,536 (perf/journal/2026-11-25.md,
 /// "Changes of 2026-11-25").
 pub(crate) const SWEEP_ROUND: u32 = 64 * ((1 << 8) - 1);
 

@@ -1,4 +1,4 @@
-//! Bounded memory (SPEC §3): what a pusher does above the pending cap.
+//! Bounded memory: what a pusher does above the pending cap.
 //!
 //! A push that leaves more than `max_pending` operations pending (dispatched
 //! and not finished) is *throttled*: before it returns, its thread waits

@@ -1,4 +1,4 @@
-//! Zero heap allocations per operation in steady state (SPEC §5), proven
+//! Zero heap allocations per operation in steady state, proven
 //! with a counting global allocator: after warm-up, 100,000 push → run →
 //! complete cycles of synchronous, asynchronous and prebuilt operations on
 //! the pooled and per_device engines allocate nothing, on any thread — with

@@ -1,4 +1,4 @@
-//! Bounded memory (SPEC §3): a pusher racing ahead of the workers is held
+//! Bounded memory: a pusher racing ahead of the workers is held
 //! near the pending-operation cap, and the cap never deadlocks a program that
 //! keeps completions outstanding on purpose.
 

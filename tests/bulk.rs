@@ -1,4 +1,4 @@
-//! Bulking (SPEC §2): fusion, order, flush triggers and failure granularity.
+//! Bulking: fusion, order, flush triggers and failure granularity.
 
 mod common;
 

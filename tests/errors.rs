@@ -1,4 +1,4 @@
-//! Failures and bad input (SPEC §4): each rule checked for the value or
+//! Failures and bad input: each rule checked for the value or
 //! error it must produce, on every engine.
 
 mod common;

@@ -1,5 +1,5 @@
 //! No safe program can crash the engine, abort the process, hang silently
-//! or lose accepted work (SPEC §4): one test per way a user's code or input
+//! or lose accepted work: one test per way a user's code or input
 //! once could, each run on every engine kind.
 //!
 //! Every test runs its scenario in a child process of its own (this test

@@ -1,4 +1,4 @@
-//! One test per scheduling rule (SPEC §1–§2), each asserting the observable
+//! One test per scheduling rule, each asserting the observable
 //! order or value, run on every engine unless the rule needs parallelism.
 
 mod common;

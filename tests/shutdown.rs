@@ -1,4 +1,4 @@
-//! Shutdown (SPEC §2): dropping an engine finishes pending work (or cancels
+//! Shutdown: dropping an engine finishes pending work (or cancels
 //! it when asked), joins its threads, and leaves no block behind; it never
 //! hangs, with busy or parked workers or completions still outstanding.
 

@@ -224,7 +224,7 @@ fn a_held_completion_keeps_a_stint_from_starting() {
 }
 
 /// In a stint a push whose variables are all free runs directly, with no
-/// operation block (`direct_run.rs`), under the failure rules of SPEC §4:
+/// operation block (`direct_run.rs`), under the failure rules:
 /// a failed write marks its variable, a read of it is skipped and passes
 /// the first failure on, a blind write clears it, and `no_skip` runs
 /// anyway. Every body that runs, runs inside its push.

@@ -283,7 +283,7 @@ impl Plain {
     }
 }
 
-/// The memory guarantee (SPEC §1): everything a write operation did
+/// The memory guarantee: everything a write operation did
 /// happens-before every later operation on its variable, and before a
 /// `wait_var` that covers it returns. A write on one thread (its
 /// completion signalled there) stores into plain memory; a read pushed

@@ -28,7 +28,7 @@
 //!   hand-over is a yield plus a switch between threads. A throttled
 //!   pusher that shares a CPU with a worker pays two of these for each
 //!   turn it takes there (1.1 µs each on the Zen 5 host, where a W=1000
-//!   body takes 1.5: PERF.md, "nineteenth session"), so it is what a
+//!   body takes 1.5: perf/journal/2026-11-28.md, "nineteenth session"), so it is what a
 //!   pusher's turn cannot be shorter than.
 //! - **The bare two-thread floor at W=1000**: the workload's own body
 //!   (`workloads::work`) run on one thread, then split over two threads

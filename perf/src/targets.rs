@@ -25,7 +25,7 @@
 //! take turns, so the floor is one body per operation and each W=1000
 //! ratio reads 1 + the engine's own work over one body, with no line
 //! crossing between cores: the tables say so instead of naming the
-//! target, which is for two CPUs and more (PERF.md, "fifteenth session").
+//! target, which is for two CPUs and more (perf/journal/2026-11-28.md, "fifteenth session").
 //!
 //! The rows' medians are a quick reading, which the pair ratios of a
 //! `--pairs` run and PERF.md's account stand behind.

@@ -4,7 +4,7 @@
 //! (`TURNS=1 perf/ab.sh`).
 //!
 //! On this project's shared hosts the machine's speed switches between
-//! states within a second or two (PERF.md, "The machine's state"): two
+//! states within a second or two (perf/journal/tried.md, "The machine's state"): two
 //! builds run one after the other, a few seconds each, often meet different
 //! states, and their ratio then says more about the host than about the
 //! builds. Taking turns, the first process runs its set-up, warm-up and

@@ -145,7 +145,7 @@ impl Workload {
         };
         // One buffer for every push, each filling only its own entries: set
         // up afresh for each, it cost `chain` 6 % of its W=0 time, a cost
-        // `nodeps` (no variables) never paid (PERF.md, "thirteenth session").
+        // `nodeps` (no variables) never paid (perf/journal/2026-11-28.md, "thirteenth session").
         let mut buf = [first; 5];
         for (i, op) in self.ops.iter().enumerate() {
             let i = i as u64;

@@ -1,4 +1,4 @@
-//! The per_device executor (SPEC §3, the production engine), CPU side: one
+//! The per_device executor (the production engine), CPU side: one
 //! worker per allowed CPU, pinned to it and grouped by NUMA node
 //! (`topology.rs`), each owning a work-stealing deque.
 //!
@@ -74,7 +74,7 @@
 //! [`WAITER_GRACE`](super::park::WAITER_GRACE) (300 ns) while it is the
 //! only one there: that thread most likely waits for it next and runs it
 //! itself (`help`), so the round trip stays on one core (pingpong p99
-//! about 20 % lower, A/B in PERF.md); all other work is taken at once.
+//! about 20 % lower, A/B in perf/journal/2026-11-25.md); all other work is taken at once.
 //! Once such a thread has taken four in a row, the spinner naps
 //! (`Sleep::nap`, still counted as spinning) until work no waiter will
 //! run is published, instead of polling the injector's lines or taking
@@ -296,7 +296,7 @@ impl Shared {
     /// idles; handed over, it stays on the spinner's core (whose
     /// completions then keep it). per_device `chain` at W=0 ran 36–110
     /// ns/op from one round to the next, by where its first operation
-    /// landed, and 34–42 in 7 rounds of 8 with the hand-over (PERF.md).
+    /// landed, and 34–42 in 7 rounds of 8 with the hand-over (perf/journal/2026-11-25.md).
     #[inline]
     fn shed_to_idle(&self, id: usize) -> bool {
         let (true, Some(cpu)) = (self.sheds, self.pinned[id]) else { return false };
@@ -313,7 +313,7 @@ impl Shared {
     /// for). With two workers the other one steals alone, and the deque
     /// keeps the work on the releasing core. On 16 cores: `fanout` 0.82 of
     /// the deque's time at W = 0 and 0.94 at W = 1000, the other rows
-    /// level (PERF.md, "2026-11-27"); on 2 cores it never applies.
+    /// level (perf/journal/2026-11-27.md, "2026-11-27"); on 2 cores it never applies.
     #[inline]
     fn spread_surplus(&self) -> bool {
         self.stealers.len() > 2 && self.sleep.anyone_spinning()
@@ -323,7 +323,7 @@ impl Shared {
     /// engine (a pusher, not a worker), as it runs then; later publishes
     /// leave it. Following the pusher at every publish and every yield at
     /// the cap gained nothing: per_device `chain` read 1.01 against 0.54
-    /// for the first CPU kept (PERF.md, 2026-11-25). The worker on that
+    /// for the first CPU kept (perf/journal/2026-11-25.md). The worker on that
     /// CPU repels chains whenever another worker idles, and the OS then
     /// mostly keeps the pusher beside an idle worker, where it was; when
     /// the OS moves it all the same, `follow_throttled_pusher` follows.
@@ -350,7 +350,7 @@ impl Shared {
     /// pusher's new CPU takes turns with it. A single sighting is not
     /// enough: followed at one hold, per_device `chain` at W=0 read 1.00
     /// and `chains64` 0.94; at two in a row, 0.85–0.92 and 0.84–0.98
-    /// (PERF.md, "2026-11-27, fifth session").
+    /// (perf/journal/2026-11-27.md, "2026-11-27, fifth session").
     fn follow_throttled_pusher(&self, cpu: u32) {
         let known = self.publisher_cpu.load(Ordering::Relaxed);
         if known == u32::MAX || cpu == known {

@@ -1,4 +1,4 @@
-//! The pooled executor (SPEC §3 `pooled`): one shared pool of CPU workers
+//! The pooled executor: one shared pool of CPU workers
 //! fed by one ready ring, plus a separate ring and pool for copy operations.
 //!
 //! Two refinements keep it cheap:
@@ -26,7 +26,7 @@
 //! next and runs it itself (`help`), so a spinner leaves such an operation
 //! alone for [`WAITER_GRACE`](super::park::WAITER_GRACE) (300 ns) while it
 //! is the only one ready, and the round trip stays on one core (pingpong,
-//! PERF.md). Anything else is taken at once: a grace on every lone
+//! perf/journal/). Anything else is taken at once: a grace on every lone
 //! operation would delay any thread's single push by 300 ns, and in
 //! pingpong it let the spinners run out and park, so that p99.9 went from
 //! 0.9 to 11 µs.

@@ -1,4 +1,4 @@
-//! GPU rings (feature `cuda`, SPEC §3): CUDA streams fed by the engine, with
+//! GPU rings (feature `cuda`): CUDA streams fed by the engine, with
 //! the scheduling rule kept on the device by CUDA events.
 //!
 //! An operation pushed with `Context::Gpu(d)` runs on a worker of one of

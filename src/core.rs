@@ -20,8 +20,9 @@ use crate::pool::{Pool, SharedTakeCache, ThreadCaches, NIL};
 use crate::profiler::Profiler;
 use crate::pusher_runs::PusherRuns;
 use crate::stats::Stats;
-use crate::sweep::{SweepCache, SWEEP_ROUND};
+use crate::sweep::SweepCache;
 use crate::sync::{AtomicBool, AtomicU64, Ordering, UnsafeCell};
+use crate::tuning::{SWEEP_ROUND, UNQUEUED_DOWN_TO_DIVISOR};
 use crate::var::{Var, VarSlot, DELETE_DISPATCHED, DELETE_REQUESTED};
 use crate::var_queue::VarBlock;
 use crate::wait::{FirstError, Helper, PendingCounter, WaitSlot};
@@ -510,7 +511,11 @@ impl Core {
         // pusher was asked for: by default a push below the cap never runs
         // a body on its thread.
         let to_low_water = self.run_on_pusher && self.unqueued_to_low_water.load(std_atomic::Ordering::Relaxed);
-        let limit = if to_low_water { (self.max_pending / 2).min(self.max_pending - 1) } else { self.max_pending - 1 };
+        let limit = if to_low_water {
+            (self.max_pending / UNQUEUED_DOWN_TO_DIVISOR).min(self.max_pending - 1)
+        } else {
+            self.max_pending - 1
+        };
         if !self.pending_reached(limit) {
             let quick = to_low_water && crate::inline_pace::quicker_than(self.inline_pace_ns);
             if to_low_water && !quick {

@@ -91,19 +91,8 @@ use crate::opr::OprBlock;
 use crate::pool::{Pool, NIL};
 use crate::sync::{spin_hint, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use crate::thread_slot::SLOTS;
+use crate::tuning::{BIAS_AFTER, BIAS_AFTER_MAX, HANDOVER_POLLS};
 use crossbeam_utils::CachePadded;
-
-/// Polls of a delegated push for the combiner to take its operation or
-/// let go, before it pays for a heavy barrier (`barrier.rs`).
-const HANDOVER_POLLS: u32 = if cfg!(depengine_loom) { 1 } else { 64 };
-
-/// Takes of `busy` in a row by one thread after which it is named owner
-/// (module docs), until a first revocation.
-pub(crate) const BIAS_AFTER: u32 = if cfg!(depengine_loom) { 1 } else { 1024 };
-
-/// Each revocation doubles the takes in a row needed, up to this many
-/// (64 times `BIAS_AFTER`).
-const BIAS_AFTER_MAX: u32 = BIAS_AFTER << 6;
 
 /// `owner` when no thread is.
 const NO_OWNER: u32 = u32::MAX;

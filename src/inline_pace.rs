@@ -43,11 +43,9 @@
 //! counted in starts its windows afresh: a stint is judged by its own runs only, not by a pace this
 //! thread had before it (perhaps with other bodies, or another engine).
 
+use crate::tuning::WINDOW;
 use std::cell::Cell;
 use std::time::Instant;
-
-/// Runs per window.
-pub(crate) const WINDOW: u32 = 64;
 
 /// A thread's count of one kind of run, in windows.
 struct Pace {

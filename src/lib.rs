@@ -172,6 +172,7 @@ mod sync;
 mod thread_slot;
 mod throttle;
 mod topology;
+mod tuning;
 mod unwind;
 mod var;
 mod var_queue;

@@ -92,6 +92,7 @@
 use crate::reservation::Reservation;
 use crate::sweep::SweepSet;
 use crate::sync::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering, UnsafeCell};
+use crate::tuning::HINT_AHEAD;
 use crossbeam_utils::CachePadded;
 use std::ptr;
 
@@ -130,12 +131,6 @@ pub(crate) trait Pooled: Default {
         None
     }
 }
-
-/// How many places down a given-back chain a value's
-/// [`ahead_hint`](Pooled::ahead_hint) points. Two measured best of 2, 4
-/// and 8 (perf/journal/2026-11-24.md, "Changes of 2026-11-24"): further ahead, more lines
-/// travel that a run of grants still wants.
-const HINT_AHEAD: usize = 2;
 
 /// A pooled value for the pool's own tests and benchmarks: a tag the
 /// owner writes, and the free link.

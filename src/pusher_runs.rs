@@ -17,7 +17,7 @@
 //!   [`LOOK_EVERY`] of a thread's pushes (the pusher may be the bound
 //!   without ever meeting the cap), once a probe is due and only where the
 //!   thread's queued pushes come quicker than [`PROBE_PACES`] times the
-//!   inline pace: it waits (up to [`PROBE_WAIT`]) until the workers have
+//!   inline pace: it waits (up to [`PROBE_WAIT`](crate::tuning::PROBE_WAIT)) until the workers have
 //!   drained everything pending, so that the next pushes find their
 //!   variables free. If they did, a *stint* starts, under a new *epoch*,
 //!   with the thread's pace of queued pushes less a [`MARGIN`]-th as its
@@ -65,59 +65,12 @@
 //! queues order them): std atomics, which loom does not explore, as for
 //! the drain rate.
 
+use crate::tuning::{
+    LOOK_EVERY, LOSING, LOW_WATER_DIVISOR, MARGIN, MAX_PAUSE, MIN_PAUSE, PROBATION, PROBE_PACES, SLOW_ENDS, WINDOW,
+};
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::time::{Duration, Instant};
-
-/// A stint that ends within this many windows of its start doubles the
-/// pause before the next probe.
-pub(crate) const PROBATION: u32 = 16;
-
-/// The pause before the next probe after a stint that lasted.
-pub(crate) const MIN_PAUSE: Duration = Duration::from_millis(1);
-
-/// The longest pause between probes.
-pub(crate) const MAX_PAUSE: Duration = Duration::from_millis(128);
-
-/// Window ends in a row at which a thread's pace is no quicker than the
-/// limit that end a stint: a few windows stretched by an interruption do
-/// not (a time slice given to another thread is 64 runs or more at W=0).
-pub(crate) const SLOW_ENDS: u32 = 8;
-
-/// A probe only where a thread's queued pushes come quicker than this many
-/// times the engine's inline pace (400 ns by default). A run inside a push
-/// costs its body plus what the push costs anyway (60–90 ns on the
-/// two-core hosts); queued, two workers share the body and a hand-off of
-/// up to 400 ns. Where the pushes come slower than the workers can take
-/// such hand-offs, the bodies are long enough that one thread loses to
-/// two, and a probe would only find that out again (at W=1000, 800–1,000
-/// ns a push, probes cost about 1 % of the row).
-pub(crate) const PROBE_PACES: u32 = 8;
-
-/// The longest a probe waits for the pending count to drain (other
-/// threads' pushes may keep it up). Draining a full cap at W=0 takes
-/// 100–250 µs on the two-core hosts; on a crowded machine the workers may
-/// not get a core that soon, and the waiting pusher gives them its own.
-pub(crate) const PROBE_WAIT: Duration = Duration::from_millis(5);
-
-/// A stint must beat queuing by this fraction of the queued pace (its
-/// limit is the queued pace less a `MARGIN`-th): closer than that, the two
-/// paces differ by less than their noise, and queuing leaves the pusher's
-/// core free for the program (`chain` at W=0 runs 51–57 ns/op queued and
-/// 58–62 on the pusher).
-pub(crate) const MARGIN: u64 = 8;
-
-/// A stint ends at once when the pace is this many times the limit: it is
-/// losing, not interrupted. (The first windows of a stint at W=0 run at
-/// up to 1.7 times the limit, their lines still in the workers' caches;
-/// at W=1000 a probe that the quick pushes of an engine's first fill let
-/// through runs 15–25 times slower than those.)
-pub(crate) const LOSING: u64 = 8;
-
-/// A thread's queued pushes between two looks at whether a probe is due
-/// away from the cap ([`PusherRuns::note_queued_push`]); a multiple of
-/// the pace's window.
-pub(crate) const LOOK_EVERY: u32 = 4096;
 
 /// Epochs of every engine, so that a thread pushing to two tells their
 /// stints apart (`inline_pace::note_run_in`); 0 is no epoch.
@@ -156,7 +109,7 @@ impl PusherRuns {
     pub(crate) fn new(max_pending: u64, inline_pace: Duration) -> Self {
         PusherRuns {
             stint: CachePadded::default(),
-            low_water: (max_pending / 16).max(1),
+            low_water: (max_pending / LOW_WATER_DIVISOR).max(1),
             origin: Instant::now(),
             probe_due_ns: AtomicU64::new(0),
             pause_ns: AtomicU64::new(MIN_PAUSE.as_nanos() as u64),
@@ -224,8 +177,7 @@ impl PusherRuns {
     #[inline]
     pub(crate) fn note_queued_push(&self) -> bool {
         self.enabled
-            && crate::inline_pace::note_queued_push()
-                .is_some_and(|end| end.windows % (LOOK_EVERY / crate::inline_pace::WINDOW) == 0)
+            && crate::inline_pace::note_queued_push().is_some_and(|end| end.windows % (LOOK_EVERY / WINDOW) == 0)
             && self.probe_due()
     }
 
@@ -259,7 +211,7 @@ mod tests {
         assert_eq!(runs.low_water(), 64);
         assert!(runs.probe_due(), "no probe due at the start");
         assert!(!runs.start(), "a stint with no pace of queued pushes to beat");
-        for _ in 0..2 * crate::inline_pace::WINDOW {
+        for _ in 0..2 * WINDOW {
             crate::inline_pace::note_queued_push();
         }
         assert!(runs.start(), "no stint with a pace of queued pushes");

@@ -19,7 +19,7 @@
 //! and lines in sequence, as the hardware prefetcher likes them; and a
 //! block comes back only after the sweep has gone once around every index,
 //! by when the worker that read it has long moved on. Until the pool holds
-//! [`SWEEP_ROUND`] blocks (the threaded engines' pools,
+//! [`SWEEP_ROUND`](crate::tuning::SWEEP_ROUND) blocks (the threaded engines' pools,
 //! `Pool::sweeping_from`, allocated when the engine is built) the cache
 //! takes fresh ones instead, so that one round is long: 255 KiB of
 //! variable blocks per engine. perf/journal/2026-11-25.md, "Changes of 2026-11-25", has the
@@ -47,14 +47,6 @@
 use crate::pool::{segment_len, segment_of, segment_start, Pool, Pooled, SEGMENTS};
 use crate::sync::{AtomicPtr, AtomicU64, Ordering};
 use std::ptr;
-
-/// The threaded engines' variable-block pools grow to this many blocks
-/// before their [`SweepCache`] claims (`Pool::sweeping_from`): the round a
-/// given-back block waits before it is taken again. The first eight pool
-/// segments exactly (16,320 blocks, 255 KiB), so that none is allocated
-/// in part. Measured as 16,384 against 4,096 and 65,536 (perf/journal/2026-11-25.md,
-/// "Changes of 2026-11-25").
-pub(crate) const SWEEP_ROUND: u32 = 64 * ((1 << 8) - 1);
 
 /// Bits per word of the set.
 const WORD_BITS: u32 = 64;
@@ -307,6 +299,7 @@ impl SweepCache {
 mod tests {
     use super::*;
     use crate::pool::Tagged;
+    use crate::tuning::SWEEP_ROUND;
     use std::collections::HashSet;
 
     /// A pool that sweeps from `SWEEP_ROUND`, with `n` indices taken.

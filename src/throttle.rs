@@ -42,40 +42,14 @@
 //!   that gives up ends the stint.
 
 use crate::core::Core;
-use crate::pusher_runs::PROBE_WAIT;
+use crate::tuning::{
+    ALONE_YIELD, IDLE_LIMIT, PROBE_WAIT, RATE_SPAN_MIN, RATE_SPAN_RESTART, SHORT_OP, SLEEP_DRAIN_DIVISOR, SLEEP_LIMIT,
+    SLEEP_PAYS,
+};
 // An estimate that orders nothing: std atomics, which loom does not explore
 // (as for the statistics).
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-
-/// Yields without progress (the pending count did not fall) a throttled
-/// pusher tolerates before it gives up waiting (each is a few µs at most).
-const IDLE_LIMIT: u32 = 200;
-
-/// A yield that comes back sooner than this found no other thread wanting
-/// the pusher's core.
-const ALONE_YIELD: Duration = Duration::from_micros(20);
-
-/// A throttled pusher sleeps only if the workers need at least this long
-/// to drain a quarter of the cap: a futex sleep and its wake-up cost tens
-/// of µs, and a pusher woken late lets the workers run dry.
-const SLEEP_PAYS: Duration = Duration::from_micros(100);
-
-/// The longest a throttled pusher sleeps in one go.
-const SLEEP_LIMIT: Duration = Duration::from_millis(1);
-
-/// Drain rates are measured over spans at least this long...
-const RATE_SPAN_MIN: Duration = Duration::from_micros(50);
-
-/// ...and the span starts afresh once it is this old.
-const RATE_SPAN_RESTART: Duration = Duration::from_millis(1);
-
-/// Operations that the workers finish faster than this, one after another,
-/// are *short*: the engine's own hand-offs are then much of what each one
-/// costs, and the dispatcher moves the line that a later grant decrements
-/// to the shared cache (`Core::dispatch`). Rows at W=0 drain at 100–250 ns
-/// per operation on the two-core hosts, rows at W=1000 at 800–1,500.
-const SHORT_OP: Duration = Duration::from_nanos(400);
 
 /// How fast the workers finish operations, as throttled pushers see it: the
 /// finished count and the time at the start of the current span, and
@@ -184,7 +158,7 @@ impl Core {
         self.stats.throttled();
         self.traits.note_throttled_pusher();
         let helps = self.traits.throttled_pushers_help;
-        let quarter = (cap / 4).max(1);
+        let quarter = (cap / SLEEP_DRAIN_DIVISOR).max(1);
         let mut sleep_pays = self
             .pending
             .drain_rate

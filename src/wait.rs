@@ -23,12 +23,10 @@ use crate::sync::{
     UnsafeCell,
 };
 use crate::throttle::DrainRate;
+use crate::tuning::WAIT_SPINS;
 use crossbeam_utils::CachePadded;
 use std::sync::atomic as std_atomic;
 use std::sync::Arc;
-
-/// Spin iterations a waiter tries (helping or pausing) before it sleeps.
-const WAIT_SPINS: u32 = if cfg!(depengine_loom) { 1 } else { 2_000 };
 
 /// How a waiting thread helps: `help` runs one ready operation if it finds
 /// one; `can_sleep` says whether the thread may sleep when it finds none

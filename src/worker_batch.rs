@@ -22,10 +22,8 @@
 use crate::core::Core;
 use crate::pool::GiveBatch;
 use crate::sweep::SweepBatch;
+use crate::tuning::BATCH_LEN;
 use std::cell::Cell;
-
-/// Operations a worker retires before publishing them.
-const BATCH_LEN: u32 = 32;
 
 #[derive(Clone, Copy)]
 struct WorkerBatch {

@@ -5,6 +5,7 @@ use crate::barrier;
 use crate::sync::{
     fence, futex_wait, futex_wait_for, futex_wake_all, futex_wake_one, spin_hint, AtomicBool, AtomicU32, Ordering,
 };
+use crate::tuning::{LEAVES_BEFORE_NAP, NAP_LIMIT, SPIN_POLLS, WAITER_GRACE};
 use crossbeam_utils::CachePadded;
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -22,26 +23,6 @@ pub(crate) enum Spun {
     /// so: see [`Sleep::nap`].
     LeftToWaiters,
 }
-
-/// How many operations in a row a spinner leaves to the waiters that take
-/// them before it ends its spin to nap ([`Spun::LeftToWaiters`]). Waiting
-/// for the spin to run out instead almost never ends in a nap when the
-/// round trips are slow (a cache-line transfer near 400 ns on a host in
-/// its slow state): within a 50 µs spin one of them is bound to outlast
-/// the grace, the spinner takes it, and the spin ends `Found`.
-const LEAVES_BEFORE_NAP: u32 = 4;
-
-/// Polls between two looks at the clock while spinning.
-const SPIN_POLLS: u32 = if cfg!(depengine_loom) { 1 } else { 64 };
-
-/// How long a spinner leaves work to the thread that pushed it, which may
-/// be about to wait for it and run it itself ([`Sleep::spin_with_grace`]).
-pub(crate) const WAITER_GRACE: Duration = Duration::from_nanos(300);
-
-/// The longest a spinner naps while a thread runs its own round trips
-/// ([`Sleep::nap`]): how long an operation marked for a waiter that did
-/// not wait after all may sit in a queue with every worker idle.
-const NAP_LIMIT: Duration = Duration::from_millis(1);
 
 /// The spinning state's loop: polls `found` for up to `spin`, yielding the
 /// core between rounds (with as many workers as cores, the pushing thread

@@ -71,7 +71,7 @@
 //! one told about several. A
 //! push from a thread that has just waited on the engine is marked in the
 //! injector, and a spinner leaves such an operation alone for
-//! [`WAITER_GRACE`](super::park::WAITER_GRACE) (300 ns) while it is the
+//! [`WAITER_GRACE`](crate::tuning::WAITER_GRACE) (300 ns) while it is the
 //! only one there: that thread most likely waits for it next and runs it
 //! itself (`help`), so the round trip stays on one core (pingpong p99
 //! about 20 % lower, A/B in perf/journal/2026-11-25.md); all other work is taken at once.
@@ -97,22 +97,12 @@ use crate::pool::NIL;
 use crate::stats::{EngineStats, ExecutorCounters, READY_SAMPLE};
 use crate::sync::{fence, AtomicBool, Ordering};
 use crate::topology::{current_cpu, Topology};
+use crate::tuning::{LOCAL_CAPACITY, PUSHER_MOVED_HOLDS, READY_CAPACITY};
 use crossbeam_utils::CachePadded;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// Operations a worker keeps in its own deque (crossbeam's initial
-/// capacity, so the deque never reallocates).
-pub(crate) const LOCAL_CAPACITY: usize = 64;
-
-/// Holds at the pending cap in a row on one CPU after which a pusher
-/// counts as moved there (`Shared::follow_throttled_pusher`).
-const PUSHER_MOVED_HOLDS: u32 = 2;
-
-/// Ready operations a node's injector holds before pushers run them inline.
-const INJECTOR_CAPACITY: usize = if cfg!(depengine_loom) { 4 } else { 1 << 14 };
 
 /// `x % n` (`n > 0`) with no division when `x < 2n`, the callers' usual
 /// case: a `div` costs tens of cycles, and the push path and the stealing
@@ -231,7 +221,7 @@ impl PerDeviceExecutor {
             node_of: (0..workers).map(|i| cpu(i).node).collect(),
             pinned: (0..workers).map(|i| pin.then(|| cpu(i).os_index)).collect(),
             sheds: own_cpus && workers > 1,
-            injectors: (0..topology.nodes).map(|_| ReadyRing::new(INJECTOR_CAPACITY)).collect(),
+            injectors: (0..topology.nodes).map(|_| ReadyRing::new(READY_CAPACITY)).collect(),
             priority: PriorityPool::default(),
             sleep: Sleep::new(workers, pin).with_own_cpus(own_cpus),
             priority_workers,

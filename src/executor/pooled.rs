@@ -24,7 +24,7 @@
 //! push from a thread that has just waited on the engine (`wait_var`,
 //! `wait_all`) is marked on the ring: that thread most likely waits for it
 //! next and runs it itself (`help`), so a spinner leaves such an operation
-//! alone for [`WAITER_GRACE`](super::park::WAITER_GRACE) (300 ns) while it
+//! alone for [`WAITER_GRACE`](crate::tuning::WAITER_GRACE) (300 ns) while it
 //! is the only one ready, and the round trip stays on one core (pingpong,
 //! perf/journal/). Anything else is taken at once: a grace on every lone
 //! operation would delay any thread's single push by 300 ns, and in
@@ -41,17 +41,10 @@ use crate::core::Core;
 use crate::pool::NIL;
 use crate::stats::{EngineStats, ExecutorCounters, READY_SAMPLE};
 use crate::sync::{AtomicBool, Ordering};
+use crate::tuning::{MISSES_BEFORE_NAP, READY_CAPACITY};
 use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// How many spins in a row may find work that is gone when the spinner
-/// goes to take it before the spinner naps, as after a spin that left its
-/// work to waiters.
-const MISSES_BEFORE_NAP: u32 = 16;
-
-/// Ready operations one ring holds before pushers run the overflow inline.
-const RING_CAPACITY: usize = if cfg!(depengine_loom) { 4 } else { 1 << 14 };
 
 /// One pool of workers and the ring they serve.
 pub(crate) struct WorkerPool {
@@ -75,7 +68,7 @@ crate::sync::thread_local! {
 
 impl WorkerPool {
     fn new(workers: usize, first_worker_id: usize, spin: Duration) -> Self {
-        Self::with_capacity(workers, first_worker_id, spin, RING_CAPACITY)
+        Self::with_capacity(workers, first_worker_id, spin, READY_CAPACITY)
     }
 
     /// A pool whose ring holds `capacity` ready operations.

@@ -219,7 +219,7 @@ pub fn round_trip(c: &mut Criterion) {
 }
 
 /// The settings that keep the whole suite within a few minutes on a
-/// 2-core machine (`shared/TOOLCHAIN.md`).
+/// 2-core machine.
 pub fn config() -> Criterion {
     Criterion::default()
         .sample_size(10)

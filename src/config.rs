@@ -459,9 +459,8 @@ impl EngineBuilder {
     /// long as those runs come faster than one per `pace`, the bodies
     /// together with the pushes and whatever the thread does between them.
     /// At that pace a worker's help costs the pusher more than it saves:
-    /// the default, [`DEFAULT_INLINE_PACE`], runs `nodeps` at W=0 in about
-    /// 13 ns an operation instead of 27, and leaves longer bodies to the
-    /// workers as before. Such a run still takes a ticket and fails like
+    /// the default, [`DEFAULT_INLINE_PACE`], runs `nodeps` at W=0 about
+    /// twice as fast, and leaves longer bodies to the workers as before. Such a run still takes a ticket and fails like
     /// any operation; the other workers park meanwhile.
     ///
     /// The pace is measured per thread, over windows of 64 runs with one

@@ -487,18 +487,16 @@ impl Core {
     /// Once one has run so, such pushes go on running unqueued until the
     /// pending count is down to half the cap, not only while it is at the
     /// cap: at the cap every other one of them would be queued as soon as
-    /// a completion made room, paying the hand-off (about 60 ns of the
-    /// pusher's time on the two-core hosts, against 11 for a run inside
-    /// the push) only to meet the cap again at the next push. Half the cap
-    /// still queued keeps the workers busy meanwhile (perf/journal/2026-11-27.md, "2026-11-27,
-    /// sixth session": `nodeps` at W=0 0.78–0.80 of its time on both
-    /// threaded engines, W=1000 unchanged).
+    /// a completion made room, paying the hand-off (several times what a
+    /// run inside the push costs the pusher) only to meet the cap again at
+    /// the next push. Half the cap still queued keeps the workers busy
+    /// meanwhile ([`UNQUEUED_DOWN_TO_DIVISOR`]).
     ///
     /// Below half the cap they go on running unqueued while this thread's
     /// runs come faster than the inline pace (`inline_pace.rs`): bodies that
     /// short cost the pusher less to run than to hand over, and the workers
-    /// they would keep busy pay nothing back (perf/journal/2026-11-27.md, "2026-11-27, eighth
-    /// session": `nodeps` at W=0 0.47–0.48 of its time).
+    /// they would keep busy pay nothing back (perf/journal/2026-11-27.md,
+    /// eighth session).
     ///
     /// While pushers run the operations that their pushes make ready
     /// (`pusher_runs.rs`), such pushes run unqueued at any pending count.

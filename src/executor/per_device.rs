@@ -44,8 +44,8 @@
 //!
 //! The deque is crossbeam's Chase-Lev deque (`crossbeam_deque::Worker`,
 //! LIFO for the owner, FIFO for thieves; under loom a twin that loom can
-//! see into, `deque.rs`): the floor measured here is
-//! 13.5 ns for a push and pop (`shared/TOOLCHAIN.md`), below anything else
+//! see into, `deque.rs`): its floor, a push and a pop (`benches/`), is
+//! below anything else
 //! in an operation's life, so an own deque on crossbeam-epoch would buy
 //! nothing measurable. It grows by reallocating; keeping at most
 //! [`LOCAL_CAPACITY`] operations in it (its initial capacity) means it

@@ -749,9 +749,12 @@ impl Core {
                 // SAFETY: the combiner alone touches the spares (field docs).
                 let spares = &mut *spares;
                 for d in deps {
-                    if self.vars.get(d.slot()).queue().append(&self.blocks, spares, op, d.writes()) {
+                    // Read before the append: the last one may hand the
+                    // block over, and `d` lies in it.
+                    let writes = d.writes();
+                    if self.vars.get(d.slot()).queue().append(&self.blocks, spares, op, writes) {
                         at_once += 1;
-                    } else if !d.writes() {
+                    } else if !writes {
                         waits_for_read = true;
                     }
                 }

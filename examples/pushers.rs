@@ -1,8 +1,8 @@
 //! Several threads pushing at once: the push path under contention (the
-//! dispatcher's delegated pushes, `src/dispatch.rs`). Each pusher pushes
+//! dispatcher's delegated pushes, `src/graph/dispatch.rs`). Each pusher pushes
 //! 200,000 empty operations that write its own variable (or, with
 //! `shared`, all the same one); prints the best of four runs in ns per
-//! operation, with whether `membarrier` was in use (`src/barrier.rs`).
+//! operation, with whether `membarrier` was in use (`src/sync/barrier.rs`).
 //!
 //! ```text
 //! cargo run --release --example pushers -- [per_device|pooled] [PUSHERS] [shared]

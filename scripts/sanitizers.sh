@@ -19,7 +19,7 @@
 #       as asan but the allocation counter's (its counts are not about
 #       races, and TSan's runtime allocates behind its back). TSan does not
 #       model standalone fences (`atomic::fence`, `membarrier`), which the
-#       push path's handshakes use (`src/barrier.rs`); the loom models check
+#       push path's handshakes use (`src/sync/barrier.rs`); the loom models check
 #       those as fence pairs. A race it reported in tests/membarrier_off.rs
 #       and the `*pushing_threads*` stress tests, once put down to that
 #       blindness, was real: the combiner read an operation's variable
@@ -86,7 +86,7 @@ tsan() {
 # the address-space reservation, which Miri cannot map (under Miri the
 # pools use the heap: `reservation.rs`).
 MIRI_TESTS=(unwind:: inline_fn:: completion:: pool::tests:: var_queue::tests:: thread_slot::tests::
-    wait::tests:: executor::ready_ring::tests:: executor::priority::tests:: executor::park::tests::
+    wait::tests:: exec::ready_ring::tests:: exec::priority::tests:: exec::park::tests::
     dispatch::tests::a_thread_that_takes_busy core::tests::the_spare_blocks)
 MIRI_SKIP=(--skip stress --skip concurrent_ --skip layouts_differ --skip flat_and_heap_segments
     --skip take_give_reuses_and_never_duplicates)

@@ -6,13 +6,13 @@
 //! (about a minute; `-- --quick` after it for a smoke run: `--bench '*'`
 //! keeps the library's own test harness, which has no such flag, out).
 
-use crate::context::{Context, RunContext};
-use crate::executor::park::Sleep;
-use crate::executor::ready_ring::ReadyRing;
-use crate::inline_fn::InlineFn;
-use crate::pool::{Pool, Tagged};
-use crate::sweep::SweepCache;
-use crate::var_queue::{QueueHalves, VarBlock};
+use crate::base::context::{Context, RunContext};
+use crate::exec::park::Sleep;
+use crate::exec::ready_ring::ReadyRing;
+use crate::graph::var_queue::{QueueHalves, VarBlock};
+use crate::mem::inline_fn::InlineFn;
+use crate::mem::pool::{Pool, Tagged};
+use crate::mem::sweep::SweepCache;
 use criterion::{BenchmarkId, Criterion};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};

@@ -28,9 +28,9 @@
 //! a misspelling. Every value, from a variable or a method, either builds a
 //! working engine or is refused with [`EngineError::Config`].
 
-use crate::diagnose::{HangHandler, HangReport};
+use crate::base::error::EngineError;
 use crate::engine::Engine;
-use crate::error::EngineError;
+use crate::observe::diagnose::{HangHandler, HangReport};
 use std::time::Duration;
 
 /// Which engine to build.
@@ -191,7 +191,7 @@ impl Default for EngineBuilder {
             shuffle_seed: None,
             shuffle_workers: 0,
             profile: None,
-            profile_events: crate::profiler::DEFAULT_LANE_EVENTS,
+            profile_events: crate::observe::profiler::DEFAULT_LANE_EVENTS,
             hang_report: None,
             on_hang: None,
         }
@@ -608,7 +608,7 @@ impl EngineBuilder {
     /// Starts the engine.
     pub fn build(self) -> Result<Engine, EngineError> {
         // Before any thread of the engine runs either side of a handshake.
-        crate::barrier::ensure_chosen();
+        crate::sync::barrier::ensure_chosen();
         for (n, name, least) in [
             (self.resolved_cpu_workers(), "cpu_workers", 1),
             (self.copy_workers, "copy_workers", 1),

@@ -1,25 +1,25 @@
 //! The public handle: [`Engine`].
 
-use crate::completion::Completion;
+use crate::base::context::{Context, FnProperty, PushOpts, RunContext};
+use crate::base::error::{EngineError, OpOutput};
+use crate::base::topology::Topology;
 use crate::config::{EngineBuilder, EngineKind};
-use crate::context::{Context, FnProperty, PushOpts, RunContext};
+use crate::core::direct_run::DirectGrant;
 use crate::core::Core;
-use crate::diagnose::HangReport;
-use crate::direct_run::DirectGrant;
-use crate::error::{EngineError, OpOutput};
-use crate::executor::naive::NaiveExecutor;
-use crate::executor::per_device::PerDeviceExecutor;
-use crate::executor::pooled::PooledExecutor;
-use crate::executor::shuffle::ShuffleExecutor;
-use crate::executor::Executor;
-use crate::inline_fn::InlineFn;
-use crate::operator::{Operator, OperatorBody, OperatorInner};
-use crate::opr::{Body, Dep, DepList, OprKind, READ, WRITE};
-use crate::profile::Profile;
-use crate::stats::EngineStats;
+use crate::exec::naive::NaiveExecutor;
+use crate::exec::per_device::PerDeviceExecutor;
+use crate::exec::pooled::PooledExecutor;
+use crate::exec::shuffle::ShuffleExecutor;
+use crate::exec::Executor;
+use crate::graph::operator::{Operator, OperatorBody, OperatorInner};
+use crate::graph::opr::{Body, Dep, DepList, OprKind, READ, WRITE};
+use crate::graph::var::Var;
+use crate::mem::completion::Completion;
+use crate::mem::inline_fn::InlineFn;
+use crate::observe::diagnose::HangReport;
+use crate::observe::profile::Profile;
+use crate::observe::stats::EngineStats;
 use crate::sync::Ordering;
-use crate::topology::Topology;
-use crate::var::Var;
 use std::sync::{Arc, OnceLock};
 
 /// A dependency engine (see the crate docs for the model).
@@ -109,14 +109,14 @@ impl Engine {
         };
         #[cfg(feature = "cuda")]
         let (executor, gpu) = {
-            let sizes = crate::gpu::RingSizes {
+            let sizes = crate::exec::gpu::RingSizes {
                 compute: b.gpu_compute_workers,
                 priority: b.gpu_priority_workers,
                 copy: b.gpu_copy_workers,
             };
-            let rings = Arc::new(crate::gpu::GpuRings::new(sizes, b.spin, executor.traits().worker_threads));
+            let rings = Arc::new(crate::exec::gpu::GpuRings::new(sizes, b.spin, executor.traits().worker_threads));
             let executor: Box<dyn Executor> = if rings.devices() > 0 {
-                Box::new(crate::gpu::GpuExecutor::new(executor, rings.clone()))
+                Box::new(crate::exec::gpu::GpuExecutor::new(executor, rings.clone()))
             } else {
                 executor
             };
@@ -230,7 +230,7 @@ impl Engine {
         let body = Body::OneShot(InlineFn::new_sync(move |_: &RunContext| on_deleted()));
         // This thread's open bulk may use `var`: it was pushed first, so it
         // must reach the engine before `var` is marked deleted.
-        crate::bulk::flush_for(&self.core)?;
+        crate::core::bulk::flush_for(&self.core)?;
         // Refused before the variable is marked: a failed call changes nothing.
         self.core.check_open()?;
         self.core.request_delete(var)?;
@@ -292,7 +292,7 @@ impl Engine {
                 Ok(pushed) => return pushed,
                 Err(unrun) => body = unrun,
             }
-        } else if !crate::bulk::wants(&opts) {
+        } else if !crate::core::bulk::wants(&opts) {
             let mut grant = DirectGrant::default();
             let granted = match self.core.direct_grant(&mut grant, reads, writes, &opts) {
                 Ok(granted) => granted,
@@ -307,8 +307,8 @@ impl Engine {
             }
         }
         let mut body = InlineFn::new_sync(body);
-        if crate::bulk::wants(&opts) {
-            match crate::bulk::try_add(&self.core, body, reads, writes, &opts)? {
+        if crate::core::bulk::wants(&opts) {
+            match crate::core::bulk::try_add(&self.core, body, reads, writes, &opts)? {
                 Some(unbulked) => body = unbulked,
                 None => return Ok(()),
             }
@@ -326,7 +326,7 @@ impl Engine {
         F: FnOnce(&RunContext) -> R + Send + 'static,
         R: OpOutput,
     {
-        if crate::bulk::wants(opts) {
+        if crate::core::bulk::wants(opts) {
             return Err(body);
         }
         match self.core.unqueued_ticket(opts) {
@@ -364,14 +364,14 @@ impl Engine {
     /// assert_eq!(engine.var_version(v).unwrap(), 7); // 6 full bulks + 1 partial
     /// ```
     pub fn set_bulk_size(&self, size: usize) -> Result<usize, EngineError> {
-        crate::bulk::set_size(&self.core, size)
+        crate::core::bulk::set_size(&self.core, size)
     }
 
     /// Pushes this thread's open bulk now. A bulk is also pushed when it
     /// reaches the bulk size, on any wait or other push to this engine from
     /// this thread, on a context change, and when the size changes.
     pub fn flush_bulk(&self) -> Result<(), EngineError> {
-        crate::bulk::flush_for(&self.core)
+        crate::core::bulk::flush_for(&self.core)
     }
 
     /// Pushes an asynchronous `body`: it receives a [`Completion`] and the

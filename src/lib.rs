@@ -135,61 +135,36 @@
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
-mod barrier;
+// The layers, lowest first; each imports only from itself and those below
+// (ARCHITECTURE.md, "Layers"; `scripts/layers.py` checks it).
+mod base;
+mod core;
+mod exec;
+mod graph;
+mod mem;
+mod observe;
+mod policy;
+mod sync;
+// The API.
 #[cfg(feature = "bench-internals")]
 #[doc(hidden)]
 pub mod bench_parts;
-mod bulk;
-mod completion;
 pub mod config;
-mod context;
-mod core;
-mod diagnose;
-mod direct_run;
-mod dispatch;
 mod engine;
-mod error;
-mod executor;
-/// The cudarc crate depengine's GPU rings are built on (feature `cuda`):
-/// use it for the streams and buffers of GPU operations.
 #[cfg(feature = "cuda")]
 pub use cudarc;
-#[cfg(feature = "cuda")]
-mod gpu;
-mod inline_fn;
-mod inline_pace;
-mod operator;
-mod opr;
-mod pool;
-mod profile;
-mod profiler;
-mod pusher_runs;
-mod reservation;
-mod run;
-mod stats;
-mod sweep;
-mod sync;
-mod thread_slot;
-mod throttle;
-mod topology;
-mod tuning;
-mod unwind;
-mod var;
-mod var_queue;
-mod wait;
-mod worker_batch;
 
-pub use crate::barrier::membarrier_in_use;
-pub use crate::completion::Completion;
+pub use crate::base::context::{Context, FnProperty, PushOpts, RunContext};
+pub use crate::base::error::{EngineError, OpError, OpOutput};
+pub use crate::base::topology::{Cpu, Topology, TopologySource};
 pub use crate::config::{EngineBuilder, EngineKind};
-pub use crate::context::{Context, FnProperty, PushOpts, RunContext};
-pub use crate::diagnose::{HangReport, PendingOp, PendingState};
 pub use crate::engine::{Engine, PoolStats};
-pub use crate::error::{EngineError, OpError, OpOutput};
-pub use crate::inline_fn::INLINE_FN_BYTES;
-pub use crate::operator::Operator;
-pub use crate::opr::INLINE_VARS;
-pub use crate::profile::{LaneSummary, NameSummary, Profile, ProfileEvent};
-pub use crate::stats::{EngineStats, READY_SAMPLE};
-pub use crate::topology::{Cpu, Topology, TopologySource};
-pub use crate::var::Var;
+pub use crate::graph::operator::Operator;
+pub use crate::graph::opr::INLINE_VARS;
+pub use crate::graph::var::Var;
+pub use crate::mem::completion::Completion;
+pub use crate::mem::inline_fn::INLINE_FN_BYTES;
+pub use crate::observe::diagnose::{HangReport, PendingOp, PendingState};
+pub use crate::observe::profile::{LaneSummary, NameSummary, Profile, ProfileEvent};
+pub use crate::observe::stats::{EngineStats, READY_SAMPLE};
+pub use crate::sync::barrier::membarrier_in_use;

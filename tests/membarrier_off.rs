@@ -1,5 +1,5 @@
 //! `DEPENGINE_MEMBARRIER=0`: the push path's handshakes fall back to a
-//! SeqCst fence on each side (`src/barrier.rs`). In a test binary of its
+//! SeqCst fence on each side (`src/sync/barrier.rs`). In a test binary of its
 //! own with a single test, which sets the variable before anything in the
 //! process builds an engine (the choice is made once per process).
 

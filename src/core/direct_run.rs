@@ -1,0 +1,250 @@
+//! Direct runs: in a stint (`pusher_runs.rs`), a synchronous push whose
+//! variables all grant it at once runs its body inside the push with no
+//! operation block at all.
+//!
+//! A stint already runs such an operation on its pusher, through the
+//! inline trampoline, once its dispatch finds it ready (`Core::
+//! schedule_ready`). But it still takes the whole queued path to get
+//! there: an operation block from the pool, the closure stored in it and
+//! read back, the variable list written and read twice, the ready list,
+//! the runner's checks and the block's return. On one thread that is most
+//! of what an operation costs (about 1,000 instructions for a `chain`
+//! operation, against 11 ns for one with no variables run unqueued).
+//!
+//! A direct run keeps only what the ordering rules need:
+//!
+//! 1. **Grant.** As the combiner (`Dispatcher::take_ticket`, which never
+//!    waits for another combiner), each variable grants the access at
+//!    once or not at all (`VarQueue::grant_at_once`: a parked queue, or a
+//!    read joining running reads). If every variable grants it, the
+//!    operation takes the next ticket, in order with every other push. If
+//!    one does not, the grants taken so far are released (no other
+//!    operation can have been queued behind them: appending is the
+//!    combiner's alone, and we held it throughout), no ticket is taken,
+//!    and the push goes the usual way. The same happens when the engine is
+//!    closing or a variable is being deleted: the usual way rejects it.
+//! 2. **Run.** The body runs in the push's own frame, after the combiner
+//!    has let go, under the same failure rule as a queued operation's
+//!    (a failure held by a variable it reads skips it, unless `no_skip`).
+//! 3. **Release.** Its outcome is recorded on the written variables, and
+//!    each variable is released the way a queued operation's completion
+//!    releases it (`Core::release_vars`): whoever was queued behind it
+//!    meanwhile is granted. Where that would take two locked instructions
+//!    or more (a read takes two, its count and the park; a write one), the
+//!    pusher first becomes the combiner again, if it can at once, and
+//!    releases each access that nothing waits behind with plain stores
+//!    (`VarQueue::release_at_once`): as the only appender it knows that
+//!    nobody fills the queue's sentinel meanwhile, which is all the
+//!    park's CAS guards against.
+//!
+//! A direct run is never pending, as for a run unqueued
+//! (`Core::run_unqueued`): it ends before its push returns. The same
+//! conditions as a stint's runs apply (`Core::may_run_ready_here`): never
+//! inside a body of this engine, nor with the profiler or hang diagnosis
+//! on. While its body runs, the thread's running operation names the
+//! variables it holds (`DIRECT_DEPS`), so that a wait inside the body on
+//! one of them is refused as a deadlock, as in a queued body.
+
+use crate::base::context::{PushOpts, RunContext};
+use crate::base::error::EngineError;
+use crate::core::run::failure_of;
+use crate::core::{Core, CURRENT_OP};
+use crate::graph::opr::{merge, Dep, INLINE_VARS, READ, WRITE};
+use crate::graph::var::Var;
+use crate::mem::inline_fn::Outcome;
+use crate::mem::pool::NIL;
+use crate::sync::Ordering;
+use std::cell::Cell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+/// `CURRENT_OP`'s operation while a body runs directly: the variables it
+/// holds are in `DIRECT_DEPS`. No pool hands out this index.
+pub(crate) const DIRECT: u32 = NIL - 2;
+
+crate::sync::thread_local! {
+    /// The variables held by the direct run whose body this thread runs
+    /// (valid while `CURRENT_OP` names [`DIRECT`]).
+    pub(crate) static DIRECT_DEPS: Cell<*const [Dep]> = const { Cell::new(&[] as *const [Dep]) };
+}
+
+/// A push granted by all its variables at once, with its place in the
+/// ticket order: it runs with [`Core::run_direct`], which releases them.
+/// The pusher keeps it in its own frame and [`Core::direct_grant`] fills
+/// it in place (returned by value, its variable list, just written in
+/// pieces, would be read back whole: a stalled load on every push).
+///
+/// Its variables are at most [`INLINE_VARS`] (`direct_grant` takes no
+/// more), so they need none of a block's [`DepList`](crate::graph::opr::DepList)
+/// but its inline array: nothing to spill, set up or drop on every push.
+#[derive(Default)]
+pub(crate) struct DirectGrant {
+    ticket: u64,
+    len: usize,
+    deps: [Dep; INLINE_VARS],
+}
+
+impl DirectGrant {
+    /// Adds `dep`, merged with an earlier entry for the same variable, as
+    /// `DepList::add` does. The caller adds at most `INLINE_VARS`.
+    #[inline(always)]
+    fn add(&mut self, dep: Dep) {
+        let len = self.len;
+        if !merge(&mut self.deps[..len], dep) {
+            self.deps[len] = dep;
+            self.len = len + 1;
+        }
+    }
+
+    /// The variables added, each once.
+    #[inline(always)]
+    fn deps(&self) -> &[Dep] {
+        &self.deps[..self.len]
+    }
+}
+
+impl Core {
+    /// Grants a synchronous push its variables at once and takes its
+    /// ticket, into `grant` (fresh), if it may run directly now (module
+    /// docs). `Ok(false)`: push it the usual way (which also reports an
+    /// invalid variable).
+    #[inline]
+    pub(crate) fn direct_grant(
+        &self,
+        grant: &mut DirectGrant,
+        reads: &[Var],
+        writes: &[Var],
+        opts: &PushOpts,
+    ) -> Result<bool, EngineError> {
+        if !self.stint_takes(opts) || reads.len() + writes.len() > INLINE_VARS {
+            return Ok(false);
+        }
+        self.direct_grant_now(grant, reads, writes)
+    }
+
+    /// [`direct_grant`](Self::direct_grant) past its first checks. In
+    /// line in the push: out of line, its call frame cost `chain` 7 %
+    /// (perf/journal/2026-11-28.md, "2026-11-28, eleventh session").
+    #[inline]
+    fn direct_grant_now(&self, grant: &mut DirectGrant, reads: &[Var], writes: &[Var]) -> Result<bool, EngineError> {
+        if !self.may_run_ready_here() {
+            return Ok(false);
+        }
+        // Once GPU work has been scheduled, a host body may first have to
+        // wait for some (`Core::run`); only the usual runner does that.
+        #[cfg(feature = "cuda")]
+        if self.gpu_used.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        for (vars, mode) in [(writes, WRITE), (reads, READ)] {
+            for &v in vars {
+                if self.slot_of(v).is_err() {
+                    return Ok(false);
+                }
+                grant.add(Dep::new(v.slot, v.gen, mode));
+            }
+        }
+        // Keep this thread's order: its bulked pushes go first.
+        crate::core::bulk::flush_for(self)?;
+        self.check_open()?;
+        match self.take_ticket(|| self.grant_at_once(grant.deps())) {
+            Some(ticket) => {
+                grant.ticket = ticket;
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    /// Step 1 of the module docs, as the combiner: whether every variable
+    /// granted its access at once (else none holds one).
+    fn grant_at_once(&self, deps: &[Dep]) -> bool {
+        if self.shutting_down.load(Ordering::Relaxed) {
+            return false;
+        }
+        for (i, d) in deps.iter().enumerate() {
+            let slot = self.vars.get(d.slot());
+            // SAFETY: we are the combiner, the queues' only appender.
+            if !slot.dispatchable(d.gen) || !unsafe { slot.queue().grant_at_once(&self.blocks, d.writes()) } {
+                // SAFETY: we hold exactly the accesses granted so far, and
+                // nothing was queued behind them (we still append alone):
+                // releasing them unrecorded leaves each queue as we found
+                // it, and grants nobody.
+                let freed = unsafe { self.release_vars(deps[..i].iter().copied(), false, false, None, 0) };
+                self.retire_var_blocks(freed);
+                return false;
+            }
+        }
+        true
+    }
+
+    /// As the combiner, if this thread can become it at once, releases
+    /// each of `deps` that nothing waits behind with plain stores
+    /// (`VarQueue::release_at_once`), setting bit `i` of `released` for
+    /// `deps[i]`.
+    fn release_at_once(&self, deps: &[Dep], released: &mut u32) {
+        self.take_ticket(|| {
+            for (i, d) in deps.iter().enumerate() {
+                // SAFETY: we are the combiner (the queues' only appender),
+                // and the caller's grant holds this access, not completed.
+                if unsafe { self.vars.get(d.slot()).queue().release_at_once(&self.blocks, d.writes()) } {
+                    *released |= 1 << i;
+                }
+            }
+            false // no ticket
+        });
+    }
+
+    /// Runs a push granted by [`direct_grant`](Self::direct_grant) (steps
+    /// 2 and 3 of the module docs).
+    #[inline(always)]
+    pub(crate) fn run_direct(&self, grant: &DirectGrant, opts: &PushOpts, body: impl FnOnce(&RunContext) -> Outcome) {
+        let (ticket, deps) = (grant.ticket, grant.deps());
+        // SAFETY: the grant holds every access in `deps`.
+        let skipped = unsafe { self.skip_failure(true, opts, deps) };
+        let ran = skipped.is_none();
+        let failure = match skipped {
+            Some(inherited) => {
+                self.stats.skipped();
+                self.drop_user_value(body);
+                Some(inherited)
+            }
+            None => {
+                let ctx = RunContext { ticket, priority: opts.priority, ..RunContext::on_host(opts.ctx) };
+                let outer = CURRENT_OP.with(|c| c.replace((self, DIRECT)));
+                let outer_deps = DIRECT_DEPS.with(|c| c.replace(deps));
+                let outcome = catch_unwind(AssertUnwindSafe(|| body(&ctx)));
+                DIRECT_DEPS.with(|c| c.set(outer_deps));
+                CURRENT_OP.with(|c| c.set(outer));
+                failure_of(opts.name, outcome)
+            }
+        };
+        if let Some(failure) = &failure {
+            self.record_failure(failure);
+        }
+        for d in deps.iter().filter(|d| d.writes()) {
+            // SAFETY: the grant holds this write.
+            unsafe { self.vars.get(d.slot()).finish_write(failure.as_ref(), &self.failures_held) };
+        }
+        // As the combiner, release at once each access that nothing waits
+        // behind: plain stores, where completing it the usual way takes a
+        // locked instruction per write (the park) and two per read (the
+        // count and the park), each waiting for every store before it, the
+        // body's included. Taking the combiner again costs about one of
+        // them: it pays from two on (perf/journal/2026-11-27.md, "2026-11-27, tenth session").
+        let mut released = 0u32; // bit i: deps[i]
+        let locked: usize = deps.iter().map(|d| if d.writes() { 1 } else { 2 }).sum();
+        if locked >= 2 {
+            self.release_at_once(deps, &mut released);
+        }
+        let rest = deps.iter().enumerate().filter(|&(i, _)| released & (1 << i) == 0).map(|(_, &d)| d);
+        // SAFETY: the grant holds exactly these accesses, the others
+        // released above; each released once. The outcome is recorded.
+        let freed = unsafe { self.release_vars(rest, false, false, None, ticket) };
+        self.retire_var_blocks(freed);
+        // The stint's pace, after the release: its stores then wait for
+        // no locked instruction of the release.
+        if ran {
+            self.pusher_runs.note_run();
+        }
+    }
+}

@@ -1,0 +1,1046 @@
+//! The engine core: the pools, the dispatcher and the executor, and the
+//! first half of an operation's life — push, dispatch, grant, schedule.
+//! (`run.rs` has the second half: run and complete.)
+//!
+//! ```text
+//! push ─► validate vars, fill pooled OprBlock ─► Dispatcher::submit
+//!        ─► dispatch: stamp ticket, append to each var queue
+//!        ─► every var granted? ─► Executor::schedule ─► Core::run (run.rs)
+//! ```
+
+pub(crate) mod bulk;
+pub(crate) mod direct_run;
+pub(crate) mod run;
+pub(crate) mod throttle;
+pub(crate) mod worker_batch;
+
+use crate::base::context::{Context, FnProperty, PushOpts};
+use crate::base::error::{EngineError, OpError};
+use crate::base::tuning::{SWEEP_ROUND, UNQUEUED_DOWN_TO_DIVISOR};
+use crate::config::EngineBuilder;
+use crate::core::bulk::BulkBuf;
+use crate::exec::{Executor, ExecutorTraits};
+use crate::graph::dispatch::Dispatcher;
+use crate::graph::opr::{Body, Dep, OprBlock, OprKind, LOOK_AT_EACH_VAR, READ, WRITE};
+use crate::graph::var::{Var, VarSlot, DELETE_DISPATCHED, DELETE_REQUESTED};
+use crate::graph::var_queue::VarBlock;
+use crate::graph::wait::{FirstError, Helper, PendingCounter, WaitSlot};
+use crate::mem::pool::{Pool, SharedTakeCache, ThreadCaches, NIL};
+use crate::mem::sweep::SweepCache;
+use crate::observe::diagnose::{print_report, Diagnosis, HangHandler};
+use crate::observe::profiler::Profiler;
+use crate::observe::stats::Stats;
+use crate::policy::pusher_runs::PusherRuns;
+use crate::sync::{AtomicBool, AtomicU64, Ordering, UnsafeCell};
+use crossbeam_utils::CachePadded;
+use std::cell::Cell;
+use std::sync::atomic as std_atomic;
+use std::sync::Arc;
+
+/// Engine ids, so that a variable of one engine is recognised by another.
+static NEXT_ENGINE_ID: std_atomic::AtomicU32 = std_atomic::AtomicU32::new(1);
+
+crate::sync::thread_local! {
+    /// The operation whose body this thread is running (core, op; op is
+    /// [`UNQUEUED`] for one run inside its push), for the
+    /// wait-inside-an-operation deadlock check.
+    pub(crate) static CURRENT_OP: Cell<(*const Core, u32)> = const { Cell::new((std::ptr::null(), NIL)) };
+}
+
+/// `CURRENT_OP`'s operation while a body runs inside its push, with no
+/// block (`Core::run_unqueued`). No pool hands out this index.
+pub(crate) const UNQUEUED: u32 = NIL - 1;
+
+/// `CURRENT_OP`'s operation while the engine drops a value of the user's
+/// ([`Core::drop_user_value`]). No pool hands out this index.
+pub(crate) const DROPPING: u32 = NIL - 3;
+
+/// The place an operation run inside its push took in the ticket order
+/// (`Core::unqueued_ticket`).
+pub(crate) struct UnqueuedTicket {
+    pub(crate) ticket: u64,
+    /// The engine's closing was linearized before the ticket: the operation
+    /// fails unrun, as a queued one dispatched then is rejected.
+    pub(crate) after_close: bool,
+}
+
+/// The failure of an operation the engine's closing was linearized before.
+pub(crate) const PUSHED_AT_SHUTDOWN: &str = "pushed while the engine shut down";
+
+/// Operations made ready while dispatching, threaded through their `link`
+/// and scheduled once the combiner has let go.
+struct ReadyList {
+    head: u32,
+    tail: u32,
+}
+
+/// The combiner's free variable blocks (see `sweep::SweepCache`).
+struct SpareBlocks(UnsafeCell<SweepCache>);
+
+// SAFETY: only the thread holding the dispatcher touches the cache (in
+// `dispatch` and `return_spare_blocks`, both run as the combiner), and the
+// dispatcher orders successive combiners (its `busy` flag's acquire and
+// release, or an owner's flag and its revoker: `dispatch.rs`).
+unsafe impl Sync for SpareBlocks {}
+
+/// Everything an engine is, shared by its handle, workers and completions.
+pub(crate) struct Core {
+    pub(crate) id: u32,
+    pub(crate) oprs: Pool<OprBlock>,
+    /// Free operation blocks per thread slot (`pool::ThreadCaches`), for
+    /// pushing threads.
+    op_blocks_mine: ThreadCaches,
+    /// Free operation blocks for pushing threads without a slot, one at a
+    /// time (see `pool::SharedTakeCache`); its own line.
+    op_cache: CachePadded<SharedTakeCache>,
+    pub(crate) blocks: Pool<VarBlock>,
+    pub(crate) vars: Pool<VarSlot>,
+    pub(crate) waits: Pool<WaitSlot>,
+    pub(crate) bulks: Pool<BulkBuf>,
+    pub(crate) dispatcher: Dispatcher,
+    /// Free variable blocks held by the combiner for its appends (touched
+    /// only while holding the dispatcher; see `sweep::SweepCache`). Written
+    /// on most appends, so it has a cache line of its own: next to the
+    /// read-mostly flags that every run checks it cost a line transfer
+    /// per operation.
+    spare_blocks: CachePadded<SpareBlocks>,
+    pub(crate) executor: Box<dyn Executor>,
+    /// What the executor is, asked once (read on every direct run and
+    /// every push run unqueued, where a virtual call showed in profiles).
+    pub(crate) traits: ExecutorTraits,
+    pub(crate) pending: PendingCounter,
+    pub(crate) first_error: FirstError,
+    pub(crate) shutting_down: AtomicBool,
+    pub(crate) cancelling: AtomicBool,
+    /// Set before the first failure is stored on a variable (`VarSlot::
+    /// finish_write`), never cleared: while it is false no variable holds
+    /// a failure, and a run need not look at the variables it reads
+    /// (`Core::skip_failure`).
+    pub(crate) failures_held: AtomicBool,
+    /// Deletions dispatched so far (written only by the combiner, after it
+    /// marks the variable `DELETE_DISPATCHED`). A push notes it before it
+    /// checks its variables (`Meta::deletions_seen`); its dispatch finds it
+    /// unchanged in the common case and then knows every variable is still
+    /// live without looking at each one again ([`Core::dispatch`]).
+    deletions_dispatched: AtomicU64,
+    pub(crate) stats: Stats,
+    pub(crate) profiler: Profiler,
+    /// Hang diagnosis, when on (`diagnose.rs`).
+    pub(crate) diagnosis: Option<Diagnosis>,
+    /// The pending-operation cap (0: none); see `throttle.rs`.
+    pub(crate) max_pending: u64,
+    /// Set when a push at the cap ran its body unqueued; cleared when a
+    /// push finds the pending count down to half the cap and its thread's
+    /// pace of such runs not quicker than `inline_pace_ns`
+    /// ([`Core::unqueued_ticket`]). Read by every push with no variables
+    /// and written only by pushers, and rarely: on a line of its own, so
+    /// that those reads stay in the pushers' caches. An estimate that
+    /// orders nothing: a std atomic, which loom does not explore, as for
+    /// the drain rate.
+    unqueued_to_low_water: CachePadded<std_atomic::AtomicBool>,
+    /// Whether pushers run the operations with variables that their
+    /// pushes make ready (`pusher_runs.rs`).
+    pub(crate) pusher_runs: PusherRuns,
+    /// [`EngineBuilder::inline_pace`](crate::EngineBuilder::inline_pace)
+    /// in nanoseconds (0: off, as whenever
+    /// [`run_on_pusher`](crate::EngineBuilder::run_on_pusher) is off).
+    inline_pace_ns: u64,
+    /// [`EngineBuilder::run_on_pusher`](crate::EngineBuilder::run_on_pusher):
+    /// whether pushes may run bodies on their thread below the cap.
+    run_on_pusher: bool,
+    /// NUMA nodes a `Context::Cpu(n)` may name: the per_device engine's
+    /// topology, or the machine's, read when first needed.
+    cpu_nodes: std::sync::OnceLock<u32>,
+    /// Set by the one shutdown that stops the executor.
+    executor_stopped: std_atomic::AtomicBool,
+    /// Variable slots retired at the end of their generations
+    /// ([`free_var`](Self::free_var)).
+    retired_var_slots: std_atomic::AtomicU64,
+    /// The GPU rings (none without a device) and the fences' lanes.
+    #[cfg(feature = "cuda")]
+    pub(crate) gpu: Arc<crate::exec::gpu::GpuRings>,
+    /// Set when the first GPU operation is scheduled: until then no
+    /// variable has GPU work to wait for, and a run does not look (one
+    /// load of this read-mostly flag).
+    #[cfg(feature = "cuda")]
+    pub(crate) gpu_used: AtomicBool,
+}
+
+impl Core {
+    pub(crate) fn new(
+        executor: Box<dyn Executor>,
+        b: &EngineBuilder,
+        #[cfg(feature = "cuda")] gpu: Arc<crate::exec::gpu::GpuRings>,
+    ) -> Self {
+        let traits = executor.traits();
+        let workers = traits.worker_threads;
+        // Below the cap, bodies run on pushers only when asked for.
+        let pace = if b.run_on_pusher { b.inline_pace } else { std::time::Duration::ZERO };
+        let diagnosis = b.hang_report.map(|after| {
+            let handler = b.on_hang.clone().map_or_else(|| Arc::new(print_report) as HangHandler, |h| h.0);
+            Diagnosis::new(after, handler)
+        });
+        Core {
+            id: NEXT_ENGINE_ID.fetch_add(1, std_atomic::Ordering::Relaxed),
+            // Blocks are given back on workers and taken on pushers.
+            oprs: Pool::new().prefetching(workers > 0),
+            op_blocks_mine: ThreadCaches::default(),
+            op_cache: CachePadded::default(),
+            // Blocks die on workers too: swept in rounds (`sweep.rs`).
+            blocks: Pool::new().prefetching(workers > 0).sweeping_from(if workers > 0 { SWEEP_ROUND } else { 0 }),
+            vars: Pool::new(),
+            waits: Pool::with_first_segment(),
+            bulks: Pool::new(),
+            dispatcher: Dispatcher::default(),
+            spare_blocks: CachePadded::new(SpareBlocks(UnsafeCell::new(SweepCache::default()))),
+            traits,
+            executor,
+            pending: PendingCounter::default(),
+            first_error: FirstError::default(),
+            shutting_down: AtomicBool::new(false),
+            cancelling: AtomicBool::new(false),
+            failures_held: AtomicBool::new(false),
+            deletions_dispatched: AtomicU64::new(0),
+            stats: Stats::new(workers),
+            profiler: Profiler::new(workers, b.profile_events),
+            diagnosis,
+            max_pending: b.max_pending,
+            unqueued_to_low_water: CachePadded::new(std_atomic::AtomicBool::new(false)),
+            pusher_runs: PusherRuns::new(b.max_pending, pace),
+            inline_pace_ns: u64::try_from(pace.as_nanos()).unwrap_or(u64::MAX),
+            run_on_pusher: b.run_on_pusher,
+            cpu_nodes: std::sync::OnceLock::new(),
+            executor_stopped: std_atomic::AtomicBool::new(false),
+            retired_var_slots: std_atomic::AtomicU64::new(0),
+            #[cfg(feature = "cuda")]
+            gpu,
+            #[cfg(feature = "cuda")]
+            gpu_used: AtomicBool::new(false),
+        }
+    }
+
+    // ----- variables -------------------------------------------------------
+
+    pub(crate) fn new_var(&self) -> Var {
+        let slot = self.vars.take();
+        assert!(slot < 1 << crate::graph::opr::SLOT_BITS, "depengine: more than 2^30 live variables");
+        let v = self.vars.get(slot);
+        // SAFETY: the slot was just taken, so nobody else touches it.
+        unsafe { v.reset(&self.blocks) };
+        let gen = (v.life.load(Ordering::Acquire) >> 32) as u32;
+        Var { engine: self.id, slot, gen }
+    }
+
+    /// The slot of a live variable of this engine.
+    #[inline]
+    pub(crate) fn slot_of(&self, var: Var) -> Result<&VarSlot, EngineError> {
+        if var.engine != self.id {
+            return Err(EngineError::ForeignVar);
+        }
+        let slot = self.vars.get(var.slot);
+        slot.check(var)?;
+        Ok(slot)
+    }
+
+    /// Marks `var` as being deleted; a second call is an error.
+    pub(crate) fn request_delete(&self, var: Var) -> Result<(), EngineError> {
+        if var.engine != self.id {
+            return Err(EngineError::ForeignVar);
+        }
+        let slot = self.vars.get(var.slot);
+        let mut life = slot.life.load(Ordering::Acquire);
+        loop {
+            if (life >> 32) as u32 != var.gen || life & DELETE_REQUESTED != 0 {
+                return Err(EngineError::DeletedTwice);
+            }
+            match slot.life.compare_exchange_weak(life, life | DELETE_REQUESTED, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(()),
+                Err(actual) => life = actual,
+            }
+        }
+    }
+
+    /// Gives a deleted variable's slot back, bumping its generation.
+    ///
+    /// A slot whose generation is the last (`u32::MAX`) is retired instead:
+    /// never given back, its `life` marked deleted for good, so that no
+    /// stale handle of any generation is ever taken for a new variable.
+    /// The cost is one slot (two cache lines) per 2^32 deletions of it.
+    pub(crate) fn free_var(&self, slot_index: u32) {
+        let slot = self.vars.get(slot_index);
+        // SAFETY: the deletion held the last access and nothing can be
+        // appended after a dispatched deletion, so the queue is idle and ours.
+        unsafe { slot.release(&self.blocks) };
+        let gen = slot.life.load(Ordering::Acquire) >> 32;
+        if gen == u64::from(u32::MAX) {
+            slot.life.store(gen << 32 | DELETE_REQUESTED | DELETE_DISPATCHED, Ordering::Release);
+            self.retired_var_slots.fetch_add(1, std_atomic::Ordering::Relaxed);
+            return;
+        }
+        slot.life.store((gen + 1) << 32, Ordering::Release);
+        self.vars.give(slot_index);
+    }
+
+    /// Variable slots retired at the end of their generations.
+    pub(crate) fn retired_var_slots(&self) -> u64 {
+        self.retired_var_slots.load(std_atomic::Ordering::Relaxed)
+    }
+
+    // ----- push ------------------------------------------------------------
+
+    #[inline]
+    pub(crate) fn check_ctx(&self, ctx: Context) -> Result<(), EngineError> {
+        match ctx {
+            // Node 0 exists on every machine.
+            Context::Cpu(n) if n == Context::ANY_NODE || n == 0 => Ok(()),
+            Context::Cpu(n) => self.check_cpu_node(n),
+            #[cfg(feature = "cuda")]
+            Context::Gpu(id) => self.gpu.check_device(id),
+            #[cfg(not(feature = "cuda"))]
+            Context::Gpu(id) => Err(EngineError::NoSuchDevice(format!(
+                "gpu({id}): this build has no GPU support (build depengine with the `cuda` feature)"
+            ))),
+        }
+    }
+
+    /// Sets the NUMA nodes a CPU context may name (the per_device
+    /// engine's topology), before any push.
+    pub(crate) fn set_cpu_nodes(&self, nodes: usize) {
+        let _ = self.cpu_nodes.set(u32::try_from(nodes).unwrap_or(u32::MAX));
+    }
+
+    #[cold]
+    fn check_cpu_node(&self, n: u32) -> Result<(), EngineError> {
+        let nodes = *self
+            .cpu_nodes
+            .get_or_init(|| u32::try_from(crate::base::topology::Topology::detect().nodes).unwrap_or(u32::MAX));
+        if n < nodes {
+            return Ok(());
+        }
+        Err(EngineError::NoSuchDevice(format!(
+            "cpu({n}): this machine has {nodes} NUMA node(s), 0 to {} (Context::cpu() is any)",
+            nodes - 1
+        )))
+    }
+
+    /// Whether the calling shutdown is the one to stop the executor.
+    pub(crate) fn take_executor_stop(&self) -> bool {
+        !self.executor_stopped.swap(true, std_atomic::Ordering::AcqRel)
+    }
+
+    /// Pushes an operation: validates, fills a block, submits it.
+    pub(crate) fn push(
+        &self,
+        body: Body,
+        is_async: bool,
+        reads: &[Var],
+        writes: &[Var],
+        opts: &PushOpts,
+        kind: OprKind,
+    ) -> Result<(), EngineError> {
+        // Keep this thread's order: its bulked pushes go first.
+        if let Err(e) = crate::core::bulk::flush_for(self).and_then(|()| self.check_ctx(opts.ctx)) {
+            // Refused: the body is dropped unrun.
+            self.drop_user_value(body);
+            return Err(e);
+        }
+        // The block cache and the dispatcher's bias both go by this.
+        let me = crate::mem::thread_slot::current();
+        let op = self.take_op_block(me);
+        let block = self.oprs.get(op);
+        #[cfg(debug_assertions)]
+        block.transition(op, crate::graph::opr::phase::FREE, crate::graph::opr::phase::FILLED);
+        // Noted before the variables are checked: if the count is the same
+        // at dispatch, no deletion was dispatched since the checks passed
+        // (`Meta::deletions_seen`). A deletion's own variable is marked
+        // requested already and skips the check: its dispatch always looks.
+        let deletions_seen = match kind {
+            OprKind::DeleteVar => LOOK_AT_EACH_VAR,
+            _ => self.deletions_dispatched.load(Ordering::Acquire),
+        };
+        // SAFETY: the block was just taken: the pusher owns it (phase 1).
+        let filled = unsafe {
+            block.deps.with_mut(|deps| {
+                let deps = &mut *deps;
+                deps.clear();
+                if let Body::Prebuilt(inner) = &body {
+                    // The operator owns its variables; only re-check them.
+                    return inner.deps.as_slice().iter().try_for_each(|d| {
+                        let v = Var { engine: self.id, slot: d.slot(), gen: d.gen };
+                        self.slot_of(v).map(drop)
+                    });
+                }
+                for (vars, mode) in [(writes, WRITE), (reads, READ)] {
+                    for &v in vars {
+                        if matches!(kind, OprKind::DeleteVar) {
+                            // The deletion itself passes its own request.
+                            if v.engine != self.id {
+                                return Err(EngineError::ForeignVar);
+                            }
+                        } else {
+                            self.slot_of(v)?;
+                        }
+                        deps.add(Dep::new(v.slot, v.gen, mode));
+                    }
+                }
+                Ok(())
+            })
+        };
+        if let Err(e) = filled {
+            #[cfg(debug_assertions)]
+            block.transition(op, crate::graph::opr::phase::FILLED, crate::graph::opr::phase::FREE);
+            self.oprs.give(op);
+            // Refused: the body is dropped unrun.
+            self.drop_user_value(body);
+            return Err(e);
+        }
+        // SAFETY: still phase 1: exclusively ours.
+        unsafe {
+            block.body.with_mut(|b| {
+                // A free block's body is `Empty` (`finish` and `discard`
+                // leave it so): nothing to drop, so no drop check.
+                debug_assert!(matches!(*b, Body::Empty));
+                std::ptr::write(b, body)
+            });
+            let meta = block.meta_mut();
+            meta.opts = *opts;
+            meta.kind = kind;
+            meta.is_async = is_async;
+            meta.deletions_seen = deletions_seen;
+            meta.rejected = None;
+            // Off: one load and one branch. (`finish` leaves the field 0.)
+            let session = self.profiler.session();
+            if session != 0 && !matches!(kind, OprKind::Wait(_)) {
+                meta.profile_session = session;
+                self.stamp_push(block);
+            }
+        }
+        self.submit(op, me)
+    }
+
+    /// `ShutDown` once the engine has begun shutting down: every call that
+    /// would add work checks this before it changes anything.
+    #[inline]
+    pub(crate) fn check_open(&self) -> Result<(), EngineError> {
+        if self.shutting_down.load(Ordering::Relaxed) {
+            return Err(EngineError::ShutDown);
+        }
+        Ok(())
+    }
+
+    /// Hands the operation to the dispatcher (which counts it as pending
+    /// when it stamps its ticket), from the calling thread, which holds
+    /// thread slot `me`.
+    fn submit(&self, op: u32, me: Option<usize>) -> Result<(), EngineError> {
+        if let Err(e) = self.check_open() {
+            self.discard(op);
+            return Err(e);
+        }
+        let mut ready = ReadyList { head: NIL, tail: NIL };
+        self.dispatcher.submit(&self.oprs, op, me, |op, ticket| self.dispatch(op, ticket, &mut ready));
+        self.schedule_list(ready);
+        if self.max_pending != 0 {
+            if self.pusher_runs.is_on() {
+                if self.pending_reached(self.pusher_runs.low_water()) {
+                    self.throttle();
+                }
+            } else {
+                let look = self.pusher_runs.note_queued_push();
+                if self.pending_reached(self.max_pending) {
+                    self.throttle();
+                } else if look {
+                    self.probe_running_here();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops a value of the user's (a closure that did not run, an
+    /// operator's last reference, a bulk's members) from engine code: its
+    /// `Drop` runs as a body would, marked in `CURRENT_OP`, so that a last
+    /// `Engine` handle dropped there hands the engine's shutdown to the
+    /// reaper instead of waiting on this stack for the operation this
+    /// thread is finishing; and a panic there is caught (`unwind.rs`).
+    #[inline]
+    pub(crate) fn drop_user_value<T>(&self, value: T) {
+        if !std::mem::needs_drop::<T>() {
+            return;
+        }
+        let outer = CURRENT_OP.with(|c| c.replace((self, DROPPING)));
+        crate::base::unwind::drop_quietly(value);
+        CURRENT_OP.with(|c| c.set(outer));
+    }
+
+    /// Whether the calling thread is running a body of this engine.
+    pub(crate) fn in_own_body(&self) -> bool {
+        std::ptr::eq(CURRENT_OP.with(|c| c.get()).0, self)
+    }
+
+    /// A synchronous push with no variables that would take the engine to
+    /// the pending cap runs its body on the pusher, inside the push, with
+    /// no block and no queue (`Core::run_unqueued`), as libgomp runs an
+    /// undeferred task: the workers are behind, so queuing it would only
+    /// cost a block's trip to another core and a wait at the cap. It
+    /// conflicts with nothing, so running it before older queued work
+    /// breaks no rule. Returns its ticket when it is to run so: a `Normal`
+    /// CPU operation, on an executor that allows it, outside any body of
+    /// this engine (a body's own operation is pending: it must not hold on
+    /// to the cap), with the profiler and diagnosis off (they watch queued
+    /// operations), and only when no other thread is combining (taking the
+    /// ticket never waits). `None`: push it the usual way.
+    ///
+    /// Once one has run so, such pushes go on running unqueued until the
+    /// pending count is down to half the cap, not only while it is at the
+    /// cap: at the cap every other one of them would be queued as soon as
+    /// a completion made room, paying the hand-off (several times what a
+    /// run inside the push costs the pusher) only to meet the cap again at
+    /// the next push. Half the cap still queued keeps the workers busy
+    /// meanwhile ([`UNQUEUED_DOWN_TO_DIVISOR`]).
+    ///
+    /// Below half the cap they go on running unqueued while this thread's
+    /// runs come faster than the inline pace (`inline_pace.rs`): bodies that
+    /// short cost the pusher less to run than to hand over, and the workers
+    /// they would keep busy pay nothing back (perf/journal/2026-11-27.md,
+    /// eighth session).
+    ///
+    /// While pushers run the operations that their pushes make ready
+    /// (`pusher_runs.rs`), such pushes run unqueued at any pending count.
+    #[inline]
+    pub(crate) fn unqueued_ticket(&self, opts: &PushOpts) -> Result<Option<UnqueuedTicket>, EngineError> {
+        if self.max_pending == 0 || opts.prop != FnProperty::Normal || opts.ctx.is_gpu() {
+            return Ok(None);
+        }
+        // Past the cap, on down to half of it, only when running on the
+        // pusher was asked for: by default a push below the cap never runs
+        // a body on its thread.
+        let to_low_water = self.run_on_pusher && self.unqueued_to_low_water.load(std_atomic::Ordering::Relaxed);
+        let limit = if to_low_water {
+            (self.max_pending / UNQUEUED_DOWN_TO_DIVISOR).min(self.max_pending - 1)
+        } else {
+            self.max_pending - 1
+        };
+        if !self.pending_reached(limit) {
+            let quick = to_low_water && crate::policy::inline_pace::quicker_than(self.inline_pace_ns);
+            if to_low_water && !quick {
+                self.unqueued_to_low_water.store(false, std_atomic::Ordering::Relaxed);
+            }
+            // In a stint the pusher runs what its pushes make ready
+            // (`pusher_runs.rs`); one with no variables, with no block.
+            if !quick && !self.pusher_runs.is_on() {
+                return Ok(None);
+            }
+        }
+        let ticket = self.unqueued_ticket_now()?;
+        if ticket.is_some() && !to_low_water && self.run_on_pusher {
+            self.unqueued_to_low_water.store(true, std_atomic::Ordering::Relaxed);
+        }
+        Ok(ticket)
+    }
+
+    /// The ticket of a push that [`unqueued_ticket`](Self::unqueued_ticket)
+    /// sends inside itself, if this engine and thread allow that now.
+    #[inline(never)]
+    fn unqueued_ticket_now(&self) -> Result<Option<UnqueuedTicket>, EngineError> {
+        if !self.may_run_ready_here() {
+            return Ok(None);
+        }
+        // Keep this thread's order: its bulked pushes go first.
+        crate::core::bulk::flush_for(self)?;
+        self.check_open()?;
+        let mut after_close = false;
+        let ticket = self.take_ticket(|| {
+            after_close = self.shutting_down.load(Ordering::Relaxed);
+            true
+        });
+        Ok(ticket.map(|ticket| UnqueuedTicket { ticket, after_close }))
+    }
+
+    /// The next ticket, for an operation that runs inside its push, if this
+    /// thread can become the combiner at once (`Dispatcher::take_ticket`):
+    /// what was submitted meanwhile is dispatched, and scheduled once the
+    /// combiner has let go. `then` runs while combining and says whether
+    /// the ticket is taken.
+    #[inline]
+    pub(crate) fn take_ticket(&self, then: impl FnOnce() -> bool) -> Option<u64> {
+        let mut ready = ReadyList { head: NIL, tail: NIL };
+        let ticket = self.dispatcher.take_ticket(
+            &self.oprs,
+            crate::mem::thread_slot::current(),
+            |op, ticket| self.dispatch(op, ticket, &mut ready),
+            then,
+        );
+        self.schedule_list(ready);
+        ticket
+    }
+
+    /// Whether a stint is on and takes an operation pushed with `opts`
+    /// onto its pusher: a `Normal` CPU one (`pusher_runs.rs`). The cheap
+    /// half of the rule, for the hot path; [`may_run_ready_here`](Self::may_run_ready_here)
+    /// is the other.
+    #[inline(always)]
+    pub(crate) fn stint_takes(&self, opts: &PushOpts) -> bool {
+        self.pusher_runs.is_on() && opts.prop == FnProperty::Normal && !opts.ctx.is_gpu()
+    }
+
+    /// Whether a push from this thread may run operations inside itself
+    /// on this engine now: the executor allows it, no profiler or hang
+    /// diagnosis watches the queues, and the thread is not in a body of
+    /// this engine (whose own operation is pending, and holds its
+    /// variables).
+    pub(crate) fn may_run_ready_here(&self) -> bool {
+        self.traits.runs_on_pushers && self.profiler.session() == 0 && self.diagnosis.is_none() && !self.in_own_body()
+    }
+
+    /// Schedules what a combining pass found ready (after it let go).
+    /// Inlined into each caller: `submit`'s copy is on every push.
+    #[inline(always)]
+    fn schedule_list(&self, ready: ReadyList) {
+        let mut op = ready.head;
+        while op != NIL {
+            let next = self.oprs.get(op).link.load(Ordering::Relaxed);
+            self.schedule_ready(op, true);
+            op = next;
+        }
+    }
+
+    /// Dispatches everything submitted so far; `then` runs while combining,
+    /// between two dispatches.
+    fn flush_dispatcher(&self, then: impl FnOnce()) {
+        let mut ready = ReadyList { head: NIL, tail: NIL };
+        let me = crate::mem::thread_slot::current();
+        self.dispatcher.flush(&self.oprs, me, |op, ticket| self.dispatch(op, ticket, &mut ready), then);
+        self.schedule_list(ready);
+    }
+
+    /// Closes the engine to new work: every operation dispatched after this
+    /// is rejected. Returns whether this call closed it.
+    pub(crate) fn close(&self) -> bool {
+        let mut closed_now = false;
+        self.flush_dispatcher(|| closed_now = !self.shutting_down.swap(true, Ordering::SeqCst));
+        closed_now
+    }
+
+    /// Returns the shared caches' free blocks, the pushers' operation
+    /// blocks and the combiner's variable blocks, to their pools, so that
+    /// the pools' live counts are exact (pool statistics; the slot caches'
+    /// blocks are counted apart, `live_op_blocks`).
+    pub(crate) fn return_spare_blocks(&self) {
+        self.op_cache.give_back(&self.oprs);
+        self.flush_dispatcher(|| {
+            // SAFETY: we hold the dispatcher, so no append runs meanwhile.
+            self.spare_blocks.0.with_mut(|spares| unsafe { (*spares).give_back(&self.blocks) })
+        });
+    }
+
+    /// Operations dispatched and not finished.
+    pub(crate) fn pending(&self) -> u64 {
+        self.pending.pending(self.dispatcher.dispatched())
+    }
+
+    /// Whether the pending count has reached `limit`, for a push: the
+    /// bound `PendingCounter::pending_at_most` answers most pushes
+    /// without reading the finished count, which the workers keep
+    /// writing (one cache-line transfer a push in a pipeline). The exact
+    /// count is read when the bound reaches `limit` or passes the
+    /// pending high-water mark, so the mark (`EngineStats`) stays exact:
+    /// every push that raises it reads the count.
+    #[inline]
+    pub(crate) fn pending_reached(&self, limit: u64) -> bool {
+        let dispatched = self.dispatcher.dispatched();
+        let bound = self.pending.pending_at_most(dispatched);
+        if bound < limit && bound <= self.stats.pending_high_water() {
+            return false;
+        }
+        let pending = self.pending.pending_seen(dispatched, limit);
+        self.stats.note_pending(pending);
+        pending >= limit
+    }
+
+    /// Counts `n` operations as finished.
+    #[inline]
+    pub(crate) fn count_finished(&self, n: u64) {
+        self.pending.done(n, || self.dispatcher.dispatched());
+    }
+
+    /// Gives back a block that was filled but never dispatched.
+    fn discard(&self, op: u32) {
+        let block = self.oprs.get(op);
+        // SAFETY: never published, still exclusively ours.
+        let body = unsafe { block.body.with_mut(|b| std::mem::replace(&mut *b, Body::Empty)) };
+        self.drop_user_value(body);
+        #[cfg(debug_assertions)]
+        block.transition(op, crate::graph::opr::phase::FILLED, crate::graph::opr::phase::FREE);
+        self.oprs.give(op);
+    }
+
+    /// Takes an operation block for a push: through the slot cache of the
+    /// calling thread (which holds slot `me`), else through the shared one.
+    #[inline(always)]
+    fn take_op_block(&self, me: Option<usize>) -> u32 {
+        self.op_blocks_mine.take(&self.oprs, me).unwrap_or_else(|| self.op_cache.take(&self.oprs))
+    }
+
+    /// Gives back the block of an operation that a waiting thread ran
+    /// (`worker_batch.rs`): into the thread's own slot cache when that is
+    /// empty (`ThreadCaches::keep_one`: a push-then-wait round trip reuses
+    /// one block, with no locked instruction), else to the pool.
+    #[inline(always)]
+    pub(crate) fn give_op_block(&self, op: u32) {
+        if !self.op_blocks_mine.keep_one(&self.oprs, op) {
+            self.oprs.give(op);
+        }
+    }
+
+    /// Operation blocks in use: taken and not given back, less those the
+    /// slot caches hold free. Exact only when no thread is pushing or
+    /// completing (pool statistics).
+    pub(crate) fn live_op_blocks(&self) -> usize {
+        self.oprs.live() - self.op_blocks_mine.cached(&self.oprs)
+    }
+
+    // ----- dispatch (combiner only) ----------------------------------------
+
+    /// Stamps `op`'s ticket and appends it to its variables' queues; adds it
+    /// to `ready` if every variable granted it at once.
+    fn dispatch(&self, op: u32, ticket: u64, ready: &mut ReadyList) {
+        let block = self.oprs.get(op);
+        #[cfg(debug_assertions)]
+        block.transition(op, crate::graph::opr::phase::FILLED, crate::graph::opr::phase::DISPATCHED);
+        // SAFETY: phase 2: the combiner owns meta and reads deps; granters
+        // touch only `wait` until it reaches zero, which cannot happen
+        // before the last append (see below), after which nothing here
+        // touches the block unless the grants came at once.
+        unsafe {
+            let meta = block.meta_mut();
+            meta.ticket = ticket;
+            let deps = block.dep_slice();
+            // The push checked every variable after it noted the count of
+            // dispatched deletions; each deletion's dispatch (combiner,
+            // so ordered before this one) marks its variable before it
+            // adds one. The same count here: none has been dispatched
+            // since, and the checks still hold. Otherwise look at each.
+            let live = self.deletions_dispatched.load(Ordering::Relaxed) == meta.deletions_seen
+                || deps.iter().all(|d| self.vars.get(d.slot()).dispatchable(d.gen));
+            if !live || self.shutting_down.load(Ordering::Relaxed) {
+                // A variable's deletion, or the engine's closing, was
+                // linearized before this operation.
+                let why = if live { PUSHED_AT_SHUTDOWN } else { "uses a deleted variable" };
+                meta.rejected = Some(OpError::new(meta.opts.name, why));
+                block.wait.store(0, Ordering::Relaxed);
+                ready.push(&self.oprs, op);
+                return;
+            }
+            if matches!(meta.kind, OprKind::DeleteVar) {
+                for d in deps {
+                    self.vars.get(d.slot()).life.fetch_or(DELETE_DISPATCHED, Ordering::AcqRel);
+                }
+                // Only the combiner writes the count: no locked instruction.
+                let count = self.deletions_dispatched.load(Ordering::Relaxed);
+                self.deletions_dispatched.store(count + 1, Ordering::Release);
+            }
+            if self.diagnosis.is_some() {
+                self.diag_dispatched(block, meta, deps);
+            }
+            // `wait` counts every variable; the grants the appends make at
+            // once are taken off after the last append. Granters can take
+            // off only the others, so `wait` cannot reach zero before then
+            // unless no grant came at once: then the last append hands the
+            // block over, and nothing here touches it after that append.
+            let n = deps.len() as u32;
+            block.wait.store(n, Ordering::Relaxed);
+            let mut at_once = 0;
+            let mut waits_for_read = false;
+            self.spare_blocks.0.with_mut(|spares| {
+                // SAFETY: the combiner alone touches the spares (field docs).
+                let spares = &mut *spares;
+                for d in deps {
+                    // Read before the append: the last one may hand the
+                    // block over, and `d` lies in it.
+                    let writes = d.writes();
+                    if self.vars.get(d.slot()).queue().append(&self.blocks, spares, op, writes) {
+                        at_once += 1;
+                    } else if !writes {
+                        waits_for_read = true;
+                    }
+                }
+            });
+            // Granted by every variable at once: no granter can touch `wait`,
+            // so the operation is ready without a locked instruction; by
+            // none: the granters count it down alone (no locked instruction
+            // here either).
+            if at_once == n || (at_once > 0 && block.wait.fetch_sub(at_once, Ordering::AcqRel) == at_once) {
+                ready.push(&self.oprs, op);
+            } else if waits_for_read && self.pending.drain_rate.ops_are_short() {
+                // A read that waits is queued behind a write, whose
+                // completion grants every read behind it, one locked
+                // decrement of `wait` after another, each on this line,
+                // written here. Served from this core's cache each is a
+                // snoop; from the shared cache, where this sends the line,
+                // about half of that. Only while operations are short: with
+                // long ones it measured 1-3 % slower (not explained; perhaps
+                // the worker that shares this core, which would have found
+                // the line in its own cache). The block may be another
+                // thread's already; the hint changes no value.
+                crate::sync::demote(std::ptr::from_ref(block).cast(), 1);
+            }
+        }
+    }
+
+    // ----- grant and schedule ----------------------------------------------
+
+    /// One of `op`'s variables granted it (on completing the operation
+    /// with ticket `by`); schedules it when it was the last.
+    #[inline]
+    pub(crate) fn grant(&self, op: u32, by: u64) {
+        let block = self.oprs.get(op);
+        // The pusher wrote the block last. Whoever takes `wait` to zero runs
+        // it (most often this thread, next): start all its lines on their
+        // way before the locked decrement waits for the first.
+        self.oprs.prefetch(op);
+        if block.wait.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // SAFETY: taking `wait` to zero made us the block's owner.
+            if unsafe { block.meta() }.profile_session != 0 {
+                self.stamp_made_ready_by(block, by);
+            }
+            self.schedule(op);
+        }
+    }
+
+    /// `op` is ready (made so by a completion).
+    #[inline]
+    pub(crate) fn schedule(&self, op: u32) {
+        self.schedule_ready(op, false);
+    }
+
+    /// `op` is ready: wait markers and rejected operations complete on the
+    /// spot (engine code only, and the executor may be stopping). An
+    /// `Async` or `DeleteVar` operation found ready `at_dispatch` runs here,
+    /// on the dispatching thread, on executors with the kAsync inline path.
+    /// Everything else goes to the executor.
+    #[inline]
+    fn schedule_ready(&self, op: u32, at_dispatch: bool) {
+        let block = self.oprs.get(op);
+        // SAFETY: a ready block is owned by whoever schedules it (phase 3).
+        let meta = unsafe { block.meta() };
+        if meta.profile_session != 0 || self.diagnosis.is_some() {
+            self.observe_ready(block, meta);
+        }
+        if matches!(meta.kind, OprKind::Wait(_)) || meta.rejected.is_some() {
+            self.run(op, None);
+        } else if at_dispatch
+            && matches!(meta.opts.prop, FnProperty::Async | FnProperty::DeleteVar)
+            && !meta.opts.ctx.is_gpu()
+            && self.traits.runs_async_inline
+        {
+            crate::exec::inline::run_inline(self, op);
+        } else if at_dispatch && self.stint_takes(&meta.opts) && self.may_run_ready_here() {
+            crate::exec::inline::run_inline(self, op);
+            self.pusher_runs.note_run();
+        } else {
+            self.executor.schedule(self, op, meta.opts.prop);
+        }
+    }
+
+    /// Whether the calling thread is inside a body of this engine that holds
+    /// `var` (or any body of this engine, for `var == None`).
+    pub(crate) fn would_deadlock(&self, var: Option<Var>) -> bool {
+        let (core, op) = CURRENT_OP.with(|c| c.get());
+        if !std::ptr::eq(core, self) || op == NIL {
+            return false;
+        }
+        match var {
+            None => true,
+            // An operation run inside its push holds no variable, nor does
+            // a value being dropped.
+            Some(_) if op == UNQUEUED || op == DROPPING => false,
+            // SAFETY: a direct run's variables live in its push's frame,
+            // below this call, until its body has returned.
+            Some(v) if op == crate::core::direct_run::DIRECT => {
+                unsafe { &*crate::core::direct_run::DIRECT_DEPS.with(|c| c.get()) }.iter().any(|d| d.slot() == v.slot)
+            }
+            // SAFETY: the running body's block is alive (its runner holds
+            // it) and its deps are not written while it runs.
+            Some(v) => unsafe { self.oprs.get(op).dep_slice().iter().any(|d| d.slot() == v.slot) },
+        }
+    }
+
+    /// Runs one ready operation on this (non-worker, or waiting) thread if
+    /// the executor has one, counting it; returns whether it ran one.
+    pub(crate) fn help_once(&self) -> bool {
+        let ran = crate::core::worker_batch::helping(|| self.executor.help(self));
+        if ran {
+            self.stats.helped();
+        }
+        ran
+    }
+
+    /// How a thread blocked in a wait helps run ready work.
+    fn helper(&self) -> Helper<impl FnMut() -> bool + '_> {
+        Helper { help: || self.help_once(), can_sleep: self.traits.waiters_can_sleep }
+    }
+
+    /// Blocks until everything pushed so far has finished.
+    pub(crate) fn wait_all(&self) {
+        self.wait_all_until(None);
+    }
+
+    /// [`wait_all`](Self::wait_all), giving up at `deadline` (if any);
+    /// returns whether everything finished.
+    pub(crate) fn wait_all_until(&self, deadline: Option<std::time::Instant>) -> bool {
+        self.flush_dispatcher(|| {});
+        let watched = self.diag_wait_begin(None, false);
+        let finished = self.pending.wait_zero_until(&self.dispatcher, self.helper(), deadline);
+        self.diag_wait_end(watched);
+        crate::exec::park::note_waited();
+        finished
+    }
+
+    /// Blocks until every operation pushed so far that `var`'s wait must
+    /// follow has finished (the writes; for `write`, the reads too); returns
+    /// the failure `var`'s value holds then.
+    ///
+    /// When `var` has nothing of the sort in flight — at once, or after
+    /// this thread has helped run one ready operation (the one it just
+    /// pushed, typically; when a peek at the queue says the first answer
+    /// would be no, it helps before asking) — it answers without queuing
+    /// anything; otherwise it pushes a marker reading (or writing) `var`
+    /// and blocks until the marker runs.
+    ///
+    /// `slot` is `var`'s, as [`slot_of`](Self::slot_of) found it valid; the
+    /// ask checks again under the dispatcher.
+    pub(crate) fn wait_var(&self, var: Var, slot: &VarSlot, write: bool) -> Result<(), EngineError> {
+        // Keep this thread's order: its bulked pushes go first.
+        crate::core::bulk::flush_for(self)?;
+        crate::exec::park::note_waited();
+        // Right after a push to `var` an ask (which takes the dispatcher)
+        // would answer no: when a peek says so, help first, then ask. The
+        // peek is a racy hint (`VarQueue::looks_busy`).
+        let busy = slot.queue().looks_busy(&self.blocks, write);
+        let mut at_once = if busy { None } else { self.wait_var_at_once(var, slot, write) };
+        if at_once.is_none() && (self.help_once() || busy) {
+            at_once = self.wait_var_at_once(var, slot, write);
+        }
+        if let Some(answer) = at_once {
+            self.stats.waited_at_once();
+            return answer;
+        }
+        let ws = self.waits.take();
+        self.waits.get(ws).arm();
+        let opts = PushOpts::new().name(if write { "wait_to_write" } else { "wait_var" });
+        let (reads, writes): (&[Var], &[Var]) = if write { (&[], &[var]) } else { (&[var], &[]) };
+        if let Err(e) = self.push(Body::Empty, false, reads, writes, &opts, OprKind::Wait(ws)) {
+            self.waits.give(ws);
+            return Err(e);
+        }
+        self.stats.waited();
+        let watched = self.diag_wait_begin(Some(var), write);
+        let (error, last) = self.waits.get(ws).wait(self.helper());
+        self.diag_wait_end(watched);
+        if last {
+            self.waits.give(ws);
+        }
+        error.map_or(Ok(()), |e| Err(EngineError::OpFailed(e)))
+    }
+
+    /// `wait_var`'s answer if `var` has nothing in flight the wait must
+    /// follow; `None` otherwise (and on any error, which the marker path
+    /// reports the usual way).
+    fn wait_var_at_once(&self, var: Var, slot: &VarSlot, write: bool) -> Option<Result<(), EngineError>> {
+        let mut answer = None;
+        // As the combiner: every push that returned before this call has
+        // been appended (the drain), and nothing can be appended while we
+        // look, so the queue's answer holds until we have read the value's
+        // failure.
+        self.flush_dispatcher(|| {
+            if self.shutting_down.load(Ordering::Relaxed) || !slot.dispatchable(var.gen) {
+                return;
+            }
+            // We hold the dispatcher (the appender's role): the answer holds.
+            if slot.queue().grants_at_once(&self.blocks, write) {
+                // SAFETY: no write is granted or queued, and none can be
+                // queued while we hold the dispatcher, so nobody writes the
+                // failure while we read it — what a granted read relies on.
+                let error = unsafe { slot.error() };
+                answer = Some(error.map_or(Ok(()), |e| Err(EngineError::OpFailed(e))));
+            }
+        });
+        answer
+    }
+}
+
+impl ReadyList {
+    fn push(&mut self, oprs: &Pool<OprBlock>, op: u32) {
+        oprs.get(op).link.store(NIL, Ordering::Relaxed);
+        if self.tail == NIL {
+            self.head = op;
+        } else {
+            oprs.get(self.tail).link.store(op, Ordering::Relaxed);
+        }
+        self.tail = op;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Core;
+    use std::mem::offset_of;
+
+    /// A slot is retired when its last generation is deleted, so that no
+    /// handle of any of its generations is ever taken for a later variable
+    /// (the slot is started near the wrap by hand: 2^32 deletions would
+    /// take hours).
+    #[cfg(not(depengine_loom))]
+    #[test]
+    fn a_slot_is_retired_at_its_last_generation_never_reused() {
+        use crate::{Engine, EngineError, EngineKind, Var};
+        for kind in EngineKind::ALL {
+            let engine = Engine::builder().kind(kind).cpu_workers(1).build().unwrap();
+            let core = engine.core();
+            let first = engine.new_var();
+            let aged = Var { gen: u32::MAX - 2, ..first };
+            core.vars.get(first.slot).life.store(u64::from(aged.gen) << 32, crate::sync::Ordering::Release);
+            assert_eq!(engine.var_version(first), Err(EngineError::DeletedVar));
+            let mut stale = vec![first];
+            let mut live = aged;
+            for gen in [u32::MAX - 2, u32::MAX - 1, u32::MAX] {
+                assert_eq!(
+                    (live.slot, live.gen),
+                    (first.slot, gen),
+                    "{kind:?}: the slot is reused up to its last generation"
+                );
+                engine.push_sync(|_| {}, &[], &[live]).unwrap();
+                engine.delete_var(live, || {}).unwrap();
+                engine.wait_all().unwrap();
+                stale.push(live);
+                live = engine.new_var();
+            }
+            assert_ne!(live.slot, first.slot, "{kind:?}: the retired slot was handed out again");
+            assert_eq!(core.retired_var_slots(), 1);
+            for s in stale {
+                assert_eq!(engine.push_sync(|_| {}, &[], &[s]), Err(EngineError::DeletedVar), "{kind:?} {s:?}");
+                assert_eq!(engine.delete_var(s, || {}), Err(EngineError::DeletedTwice), "{kind:?} {s:?}");
+            }
+            engine.push_sync(|_| {}, &[], &[live]).unwrap();
+            engine.wait_var(live).unwrap();
+        }
+    }
+
+    /// The combiner's spare blocks change on most appends; the flags every
+    /// run reads must not share their cache line.
+    #[test]
+    fn the_spare_blocks_have_a_line_of_their_own() {
+        let line = |offset: usize| offset / 64;
+        let spares = offset_of!(Core, spare_blocks);
+        assert_eq!(spares % 64, 0);
+        for (name, offset) in [
+            ("shutting_down", offset_of!(Core, shutting_down)),
+            ("cancelling", offset_of!(Core, cancelling)),
+            ("profiler", offset_of!(Core, profiler)),
+            ("diagnosis", offset_of!(Core, diagnosis)),
+            ("executor", offset_of!(Core, executor)),
+        ] {
+            assert_ne!(line(offset), line(spares), "{name} shares the spare blocks' cache line");
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! Bounded memory: what a pusher does above the pending cap.
+//!
+//! A push that leaves more than `max_pending` operations pending (dispatched
+//! and not finished) is *throttled*: before it returns, its thread waits
+//! until the count is back under the cap.
+//!
+//! - **Helping or waiting.** Executors whose ready work only waiting threads
+//!   run (`naive`, random-order mode) make it help: it runs ready operations
+//!   meanwhile. Those whose workers take one core each make it wait
+//!   (`ExecutorTraits::throttled_pushers_help`): a helping pusher only takes turns
+//!   with a worker.
+//! - **Yielding or sleeping.** A waiting pusher yields its core. A yield that
+//!   comes back at once (under [`ALONE_YIELD`]) found no other thread
+//!   wanting the core, so yielding on would keep that core busy for nothing.
+//!   Where the workers are free to move (pooled's, per_device's unpinned)
+//!   and as many of them are awake as the process has CPUs
+//!   (`WorkerState::movable_workers_fill_cpus`), two of them then share a
+//!   CPU, and the scheduler, which sees no idle CPU to move one to, can
+//!   keep them so for the rest of a run. (Until 2026-11-27 the sign was
+//!   ready work in pooled's ring, which says nothing of unpinned per_device,
+//!   whose work waits in deques.) Then, if the workers drain
+//!   slowly enough that a sleep pays ([`DrainRate`], [`SLEEP_PAYS`]), the
+//!   pusher sleeps on the finished count until a quarter of the cap has
+//!   drained: the completion that gets there wakes it
+//!   (`PendingCounter::sleep_until_finished`), and [`SLEEP_LIMIT`] bounds a
+//!   sleep that no completion ends.
+//! - **Where the pusher runs.** Each hold first tells the executor
+//!   (`WorkerState::note_throttled_pusher`): per_device's worker on the
+//!   pusher's CPU hands dependency chains to an idle worker, and which CPU
+//!   that is follows the pusher when the OS moves it.
+//! - **Never stuck.** A program may hold completions on purpose and signal
+//!   them only after pushing more. The wait therefore gives up after
+//!   [`IDLE_LIMIT`] yields during which the count did not fall and the
+//!   thread ran nothing, and a pusher sleeps only while operations are
+//!   finishing (the drain rate has an estimate; after a sleep that ended
+//!   with none finished it only yields). A body's pushes are never
+//!   throttled: its own operation is pending.
+//! - **Stints** (`pusher_runs.rs`). At the cap, a push may go on to probe:
+//!   it waits (up to `PROBE_WAIT`) until nothing is pending, and a stint
+//!   starts if it got there. During a stint a push waits under the low
+//!   water (a sixteenth of the cap) instead of the cap, and a wait there
+//!   that gives up ends the stint.
+
+use crate::base::tuning::{
+    ALONE_YIELD, IDLE_LIMIT, PROBE_WAIT, RATE_SPAN_MIN, RATE_SPAN_RESTART, SHORT_OP, SLEEP_DRAIN_DIVISOR, SLEEP_LIMIT,
+    SLEEP_PAYS,
+};
+use crate::core::Core;
+// An estimate that orders nothing: std atomics, which loom does not explore
+// (as for the statistics).
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How fast the workers finish operations, as throttled pushers see it: the
+/// finished count and the time at the start of the current span, and
+/// whether the last measured span was one of short operations. Written
+/// only by throttled pushers (relaxed: an estimate, and two racing pushers
+/// at worst mix two recent spans).
+pub(crate) struct DrainRate {
+    origin: Instant,
+    span_finished: AtomicU64,
+    span_nanos: AtomicU64,
+    /// The last measured time per operation was under [`SHORT_OP`]
+    /// (written only when it changes: dispatchers read it).
+    short: AtomicBool,
+}
+
+impl Default for DrainRate {
+    fn default() -> Self {
+        DrainRate {
+            origin: Instant::now(),
+            span_finished: AtomicU64::new(0),
+            span_nanos: AtomicU64::new(0),
+            short: AtomicBool::new(false),
+        }
+    }
+}
+
+impl DrainRate {
+    /// With `finished` operations finished now: the time the workers took
+    /// per operation over the current span, if the span is long enough and
+    /// any finished in it (none: they are not draining, or are held). A
+    /// time measured also decides [`ops_are_short`](Self::ops_are_short).
+    pub(crate) fn time_per_op(&self, finished: u64) -> Option<Duration> {
+        let now = self.origin.elapsed().as_nanos() as u64;
+        let (then, start) = (self.span_finished.load(Ordering::Relaxed), self.span_nanos.load(Ordering::Relaxed));
+        let (done, took) = (finished.saturating_sub(then), now.saturating_sub(start));
+        if took >= RATE_SPAN_RESTART.as_nanos() as u64 {
+            self.span_finished.store(finished, Ordering::Relaxed);
+            self.span_nanos.store(now, Ordering::Relaxed);
+        }
+        if done == 0 || took < RATE_SPAN_MIN.as_nanos() as u64 {
+            return None;
+        }
+        let per_op = Duration::from_nanos(took / done);
+        let short = per_op < SHORT_OP;
+        if self.short.load(Ordering::Relaxed) != short {
+            self.short.store(short, Ordering::Relaxed);
+        }
+        Some(per_op)
+    }
+
+    /// Whether the workers' last measured drain was one of short
+    /// operations ([`SHORT_OP`]); `false` until a throttled pusher has
+    /// measured one.
+    #[inline]
+    pub(crate) fn ops_are_short(&self) -> bool {
+        self.short.load(Ordering::Relaxed)
+    }
+}
+
+impl Core {
+    /// What a push does when it takes the pending count to the cap (or,
+    /// while pushers run ready operations themselves, to the low water):
+    /// waits until the count is back under it (see the module docs), and
+    /// at the cap probes whether running them here pays
+    /// (`pusher_runs.rs`).
+    #[cold]
+    pub(crate) fn throttle(&self) {
+        if self.in_own_body() {
+            return;
+        }
+        let runs = &self.pusher_runs;
+        if runs.is_on() {
+            if !self.hold_under(runs.low_water(), None) {
+                runs.stop(0);
+            }
+            return;
+        }
+        self.hold_under(self.max_pending, None);
+        if runs.probe_due() {
+            self.probe_running_here();
+        }
+    }
+
+    /// A probe (`pusher_runs.rs`): waits until the workers have drained
+    /// everything pending, so that the next pushes find their variables
+    /// free, and starts a stint with this thread's pace of queued pushes
+    /// as its limit.
+    #[cold]
+    pub(crate) fn probe_running_here(&self) {
+        if !self.pusher_runs.worth_a_probe() || !self.may_run_ready_here() {
+            return;
+        }
+        // Held completions, or other threads' pushes, may keep the count
+        // up: then there is no stint to start.
+        if self.hold_under(1, Some(Instant::now() + PROBE_WAIT)) && self.pusher_runs.start() {
+            self.stats.stint_started();
+        } else {
+            self.pusher_runs.stop(0);
+        }
+    }
+
+    /// Waits until the pending count is under `cap`, or gives up (see the
+    /// module docs; and at `until`, if given); returns whether it got
+    /// there.
+    fn hold_under(&self, cap: u64, until: Option<Instant>) -> bool {
+        self.stats.throttled();
+        self.traits.note_throttled_pusher();
+        let helps = self.traits.throttled_pushers_help;
+        let quarter = (cap / SLEEP_DRAIN_DIVISOR).max(1);
+        let mut sleep_pays = self
+            .pending
+            .drain_rate
+            .time_per_op(self.pending.finished())
+            .is_some_and(|per_op| per_op.saturating_mul(quarter.min(u32::MAX as u64) as u32) >= SLEEP_PAYS);
+        let mut idle = 0u32;
+        let mut last = self.pending();
+        while last >= cap && idle < IDLE_LIMIT && until.is_none_or(|t| Instant::now() < t) {
+            let mut slept = false;
+            if helps && self.help_once() {
+                idle = 0;
+            } else {
+                idle += 1;
+                let yielded = Instant::now();
+                std::thread::yield_now();
+                if sleep_pays && yielded.elapsed() < ALONE_YIELD && self.traits.movable_workers_fill_cpus() {
+                    slept = self.sleep_to_low_water(cap, quarter);
+                }
+            }
+            let now = self.pending();
+            if now < last {
+                idle = 0;
+            } else if slept {
+                // Timed out with nothing finished: the workers stopped
+                // draining (held on purpose?). Yield from now on.
+                sleep_pays = false;
+            }
+            last = now;
+        }
+        last < cap
+    }
+
+    /// Sleeps until the pending count is a quarter of `cap` under it;
+    /// returns whether it slept (not if the count is there already).
+    fn sleep_to_low_water(&self, cap: u64, quarter: u64) -> bool {
+        let low_water = cap - quarter;
+        // Finished first: `pending`, read after, already counts what
+        // finished in between as done, so the target is at most `pending`
+        // completions away (reachable) and is reached at the low water or
+        // sooner (pushes from other threads aside).
+        let finished = self.pending.finished();
+        let pending = self.pending();
+        if pending <= low_water {
+            return false;
+        }
+        self.stats.throttle_slept();
+        self.pending.sleep_until_finished(finished + (pending - low_water), SLEEP_LIMIT);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DrainRate, RATE_SPAN_RESTART};
+    use std::thread::sleep;
+
+    /// A measured span decides whether operations are short, both ways.
+    #[test]
+    fn a_measured_drain_decides_whether_operations_are_short() {
+        let rate = DrainRate::default();
+        assert!(!rate.ops_are_short(), "short before anything was measured");
+        // A hundred million operations in a little over a span: short
+        // unless this thread stalls for 40 s.
+        sleep(RATE_SPAN_RESTART * 2);
+        let per_op = rate.time_per_op(100_000_000).expect("a span long enough to measure");
+        assert!(rate.ops_are_short(), "{per_op:?} per operation is not short");
+        // One operation in the next span: at least two milliseconds.
+        sleep(RATE_SPAN_RESTART * 2);
+        let per_op = rate.time_per_op(100_000_001).expect("a span long enough to measure");
+        assert!(!rate.ops_are_short(), "{per_op:?} per operation is short");
+    }
+}

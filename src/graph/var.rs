@@ -1,0 +1,180 @@
+//! Variables: the user's [`Var`] handle and the pooled [`VarSlot`] behind it.
+//!
+//! A handle names a slot by index plus the slot's *generation*. Deleting a
+//! variable first marks the slot `DELETE_REQUESTED` (so later pushes through
+//! the handle fail at once), the dispatcher marks it `DELETE_DISPATCHED` when
+//! it dispatches the deletion (so operations linearized after it are
+//! rejected), and the deletion's completion gives the slot back with the
+//! generation bumped, so any stale handle is recognised forever after.
+//!
+//! The dispatcher counts the deletions it has dispatched, after marking
+//! each. A push notes the count before it checks its variables; its
+//! dispatch finds it unchanged unless a deletion came in between, and only
+//! then looks at each variable's `life` again (`Core::dispatch`).
+//!
+//! # `life` word
+//!
+//! `generation << 32 | flags`, one atomic so that a reader sees the
+//! generation and the flags of the same incarnation.
+
+use crate::base::error::{EngineError, OpError};
+use crate::graph::var_queue::{QueueHead, QueueTail, VarBlock, VarQueue};
+use crate::mem::pool::{Pool, Pooled};
+use crate::sync::{AtomicBool, AtomicU32, AtomicU64, Ordering, UnsafeCell};
+use std::sync::Arc;
+
+/// Deletion was requested through the handle (`delete_var` returned).
+pub(crate) const DELETE_REQUESTED: u64 = 1;
+/// The dispatcher has linearized the deletion.
+pub(crate) const DELETE_DISPATCHED: u64 = 2;
+
+/// A variable: a tag for some resource, cheap to create, copy and delete.
+///
+/// Operations name the variables they read and write; the engine orders
+/// conflicting operations by push order. A `Var` is only meaningful to the
+/// engine that created it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Var {
+    pub(crate) engine: u32,
+    pub(crate) slot: u32,
+    pub(crate) gen: u32,
+}
+
+/// The engine-side state of one variable, in two cache lines: the first
+/// holds what pushing reads and writes (the handle check, the queue's
+/// appender half), the second what completing writes (the queue's granter
+/// half, the version, the failure). A pusher running ahead of a worker on
+/// the same variable then touches only its own line, and the worker only
+/// its own, while the queue is not empty.
+#[derive(Debug, Default)]
+#[repr(C, align(64))]
+pub(crate) struct VarSlot {
+    pub(crate) life: AtomicU64,
+    free_link: AtomicU32,
+    tail: QueueTail,
+    done: CompletionSide,
+}
+
+/// The completing side of a variable's state (its slot's second line).
+#[derive(Debug, Default)]
+#[repr(C, align(64))]
+pub(crate) struct CompletionSide {
+    head: QueueHead,
+    /// Completed writes since creation.
+    version: AtomicU64,
+    /// The failure the current value holds. Read only by operations granted
+    /// a read, written only by the operation granted the write, so the
+    /// scheduling rule itself protects it.
+    error: UnsafeCell<Option<Arc<OpError>>>,
+    /// The GPU work a later operation on the variable waits for
+    /// (`gpu/fence.rs`).
+    #[cfg(feature = "cuda")]
+    gpu: crate::graph::gpu::VarFence,
+}
+
+impl Pooled for VarSlot {
+    fn free_link(&self) -> &AtomicU32 {
+        &self.free_link
+    }
+}
+
+// SAFETY: `error` is guarded by the scheduling rule itself (see the field);
+// the queue carries its own proof.
+unsafe impl Sync for VarSlot {}
+
+impl VarSlot {
+    /// The variable's access queue.
+    #[inline(always)]
+    pub(crate) fn queue(&self) -> VarQueue<'_> {
+        VarQueue::new(&self.tail, &self.done.head)
+    }
+
+    /// Completed writes since creation (`Engine::var_version`).
+    #[inline]
+    pub(crate) fn version(&self) -> u64 {
+        self.done.version.load(Ordering::Acquire)
+    }
+
+    /// The GPU work a later operation on the variable waits for.
+    #[cfg(feature = "cuda")]
+    #[inline]
+    pub(crate) fn gpu_fence(&self) -> &crate::graph::gpu::VarFence {
+        &self.done.gpu
+    }
+
+    /// Checks that `var`'s incarnation is alive and not being deleted.
+    #[inline]
+    pub(crate) fn check(&self, var: Var) -> Result<(), EngineError> {
+        let life = self.life.load(Ordering::Acquire);
+        if (life >> 32) as u32 != var.gen || life & DELETE_REQUESTED != 0 {
+            return Err(EngineError::DeletedVar);
+        }
+        Ok(())
+    }
+
+    /// Makes a slot just taken from the pool a fresh variable: version 0,
+    /// no failure, an idle queue.
+    ///
+    /// # Safety
+    /// The caller owns the slot exclusively.
+    pub(crate) unsafe fn reset(&self, blocks: &Pool<VarBlock>) {
+        self.done.version.store(0, Ordering::Relaxed);
+        // SAFETY: exclusive ownership, forwarded from the caller.
+        unsafe {
+            self.done.error.with_mut(|e| *e = None);
+            self.queue().reset(blocks);
+        }
+        #[cfg(feature = "cuda")]
+        self.done.gpu.clear();
+    }
+
+    /// Drops the failure and gives the queue's sentinel back, before the
+    /// slot goes back to the pool.
+    ///
+    /// # Safety
+    /// The queue must be idle and the slot exclusively owned.
+    pub(crate) unsafe fn release(&self, blocks: &Pool<VarBlock>) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            self.done.error.with_mut(|e| *e = None);
+            self.queue().release(blocks);
+        }
+    }
+
+    /// Whether the dispatcher may still append operations of `gen`.
+    #[inline]
+    pub(crate) fn dispatchable(&self, gen: u32) -> bool {
+        let life = self.life.load(Ordering::Acquire);
+        (life >> 32) as u32 == gen && life & DELETE_DISPATCHED == 0
+    }
+
+    /// The failure the current value holds.
+    ///
+    /// # Safety
+    /// The caller must hold a granted access (read or write) on the variable.
+    pub(crate) unsafe fn error(&self) -> Option<Arc<OpError>> {
+        // SAFETY: per the contract no writer runs concurrently.
+        unsafe { self.done.error.with(|p| (*p).clone()) }
+    }
+
+    /// Records the outcome of a completed write and bumps the version.
+    ///
+    /// # Safety
+    /// The caller must hold the granted write on the variable.
+    ///
+    /// A failure sets `failures_held` (the engine's `Core::failures_held`)
+    /// first: before the store, and so before the release of this write,
+    /// which whoever reads the failure was granted after.
+    pub(crate) unsafe fn finish_write(&self, failure: Option<&Arc<OpError>>, failures_held: &AtomicBool) {
+        if failure.is_some() {
+            failures_held.store(true, Ordering::Relaxed);
+        }
+        // SAFETY: per the contract we are the only accessor of `error`.
+        unsafe { self.done.error.with_mut(|p| *p = failure.cloned()) };
+        // Only the holder of the write writes the version (and the slot's
+        // creation, before any access): a plain increment, no locked
+        // instruction.
+        let version = &self.done.version;
+        version.store(version.load(Ordering::Relaxed) + 1, Ordering::Release);
+    }
+}

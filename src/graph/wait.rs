@@ -1,0 +1,450 @@
+//! The blocking side of the engine: waiting for variables and for all work,
+//! and the engine-wide record of failures that `wait_all` reports.
+//!
+//! Waits block on futexes (atomic-wait), never on an OS mutex. A waiting
+//! thread first *helps*: while the executor has ready work it can run, it
+//! runs it instead of sleeping, so a push-then-wait round trip need not cross
+//! cores and a wait inside an operation body cannot starve the work it waits
+//! for. Only when there is nothing to help with does it spin briefly and
+//! then sleep.
+//!
+//! # Sleep protocol (no lost wake-up)
+//!
+//! A sleeper announces itself (SeqCst) and re-checks its condition before it
+//! sleeps; a waker changes the condition (SeqCst) and then looks for
+//! announced sleepers. By the SeqCst total order, either the sleeper's
+//! re-check sees the change or the waker sees the sleeper.
+
+use crate::base::error::OpError;
+use crate::base::tuning::WAIT_SPINS;
+use crate::core::throttle::DrainRate;
+use crate::graph::dispatch::Dispatcher;
+use crate::mem::pool::Pooled;
+use crate::sync::{
+    futex_wait, futex_wait_for, futex_wake_all, loom_sc_fence, spin_hint, AtomicPtr, AtomicU32, AtomicU64, Ordering,
+    UnsafeCell,
+};
+use crossbeam_utils::CachePadded;
+use std::sync::atomic as std_atomic;
+use std::sync::Arc;
+
+/// How a waiting thread helps: `help` runs one ready operation if it finds
+/// one; `can_sleep` says whether the thread may sleep when it finds none
+/// (see `ExecutorTraits::waiters_can_sleep`).
+pub(crate) struct Helper<H> {
+    pub(crate) help: H,
+    pub(crate) can_sleep: bool,
+}
+
+/// The shape of every blocking wait: until `done()`, run work while the
+/// helper finds some, else spin a little, else `sleep` (which announces
+/// itself, re-checks and parks on a futex, per the protocol above) — or,
+/// where waiters may not sleep, yield and look again.
+fn help_spin_sleep(mut done: impl FnMut() -> bool, mut helper: Helper<impl FnMut() -> bool>, mut sleep: impl FnMut()) {
+    let mut spins = 0;
+    while !done() {
+        if (helper.help)() {
+            spins = 0;
+        } else if spins < WAIT_SPINS {
+            spins += 1;
+            spin_hint();
+        } else {
+            if helper.can_sleep {
+                sleep();
+            } else {
+                std::thread::yield_now();
+            }
+            spins = 0;
+        }
+    }
+}
+
+/// Counts finished operations; pending = dispatched (the dispatcher's
+/// ticket count) − finished. A push costs no locked instruction for the
+/// count: pushers only read `finished`, and keep a copy of it on a line of
+/// their own (`finished_seen`, a plain store now and then), which bounds
+/// the pending count without reading the workers' line at every push
+/// ([`pending_at_most`](Self::pending_at_most)); `wait_all` sleeps on it.
+pub(crate) struct PendingCounter {
+    finished: CachePadded<AtomicU64>,
+    epoch: AtomicU32,
+    sleepers: AtomicU32,
+    /// The finished count a throttled pusher sleeps for (0: none asleep);
+    /// see [`sleep_until_finished`](Self::sleep_until_finished). Beside
+    /// `sleepers`, which every `done` reads already.
+    wake_at: AtomicU64,
+    /// How fast the count rises, as throttled pushers see it (in the
+    /// padding of the line above: the struct keeps its size).
+    pub(crate) drain_rate: DrainRate,
+    /// A finished count pushers saw earlier ([`pending_at_most`]): on a
+    /// line of its own that only pushers write (and rarely), so reading
+    /// it on every push costs no transfer from the workers, which write
+    /// `finished`.
+    ///
+    /// An estimate that orders nothing (any count once read from
+    /// `finished` bounds the pending count): a std atomic, which loom does
+    /// not explore, as for the statistics and the drain rate.
+    ///
+    /// [`pending_at_most`]: Self::pending_at_most
+    finished_seen: CachePadded<std_atomic::AtomicU64>,
+}
+
+impl Default for PendingCounter {
+    fn default() -> Self {
+        PendingCounter {
+            finished: CachePadded::new(AtomicU64::new(0)),
+            epoch: AtomicU32::new(0),
+            sleepers: AtomicU32::new(0),
+            wake_at: AtomicU64::new(0),
+            drain_rate: DrainRate::default(),
+            finished_seen: CachePadded::new(std_atomic::AtomicU64::new(0)),
+        }
+    }
+}
+
+impl PendingCounter {
+    /// `n` operations finished; wakes `wait_all` sleepers when that leaves
+    /// none of the `dispatched()` ones pending, and a throttled pusher when
+    /// the count reaches the one it sleeps for.
+    #[inline]
+    pub(crate) fn done(&self, n: u64, dispatched: impl FnOnce() -> u64) {
+        let finished = self.finished.fetch_add(n, Ordering::SeqCst) + n;
+        loom_sc_fence();
+        if self.sleepers.load(Ordering::SeqCst) > 0 && finished == dispatched() {
+            self.wake_all();
+            return;
+        }
+        let wake_at = self.wake_at.load(Ordering::SeqCst);
+        if wake_at != 0
+            && finished >= wake_at
+            && self.wake_at.compare_exchange(wake_at, 0, Ordering::SeqCst, Ordering::Relaxed).is_ok()
+        {
+            self.wake_all();
+        }
+    }
+
+    /// Wakes every thread asleep on the count (waits for all, throttled
+    /// pushers); each re-checks its own condition.
+    fn wake_all(&self) {
+        self.epoch.fetch_add(1, Ordering::Release);
+        futex_wake_all(&self.epoch);
+    }
+
+    /// Operations finished so far.
+    #[inline]
+    pub(crate) fn finished(&self) -> u64 {
+        self.finished.load(Ordering::SeqCst)
+    }
+
+    /// A throttled pusher sleeps until `target` operations have finished
+    /// or `timeout` has passed, whichever comes first (spurious returns
+    /// are possible: the caller re-checks). Several may sleep at once: the
+    /// lowest target is armed, and each woken pusher re-arms its own.
+    ///
+    /// The protocol is the module's: the pusher arms `wake_at` (SeqCst),
+    /// then re-checks `finished`; `done` adds to `finished` (SeqCst), then
+    /// reads `wake_at`. Whichever comes second sees the other, so the
+    /// pusher either does not sleep or is woken (the disarming CAS admits
+    /// one waker per arming).
+    pub(crate) fn sleep_until_finished(&self, target: u64, timeout: std::time::Duration) {
+        debug_assert!(target != 0);
+        let epoch = self.epoch.load(Ordering::Acquire);
+        let mut armed = self.wake_at.load(Ordering::Relaxed);
+        while armed == 0 || armed > target {
+            match self.wake_at.compare_exchange_weak(armed, target, Ordering::SeqCst, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(now) => armed = now,
+            }
+        }
+        loom_sc_fence();
+        if self.finished.load(Ordering::SeqCst) < target {
+            futex_wait_for(&self.epoch, epoch, timeout);
+        }
+        // Disarm what is still ours (timed out, or woken for another
+        // sleeper's lower target); a later sleeper re-arms its own.
+        let _ = self.wake_at.compare_exchange(target, 0, Ordering::SeqCst, Ordering::Relaxed);
+    }
+
+    /// Operations dispatched and not finished.
+    #[inline]
+    pub(crate) fn pending(&self, dispatched: u64) -> u64 {
+        dispatched.saturating_sub(self.finished.load(Ordering::SeqCst))
+    }
+
+    /// A bound the pending count cannot exceed, read without touching the
+    /// workers' line: `dispatched` less a finished count seen earlier
+    /// ([`pending_seen`](Self::pending_seen)), which can only have grown
+    /// since. A push compares this with its limits and reads the exact
+    /// count only when the bound reaches one.
+    #[inline]
+    pub(crate) fn pending_at_most(&self, dispatched: u64) -> u64 {
+        dispatched.saturating_sub(self.finished_seen.load(std_atomic::Ordering::Relaxed))
+    }
+
+    /// [`pending`](Self::pending); when that is under `limit`, keeps the
+    /// finished count it read for [`pending_at_most`](Self::pending_at_most)
+    /// (at the limit the bound would be read and passed over at the next
+    /// push anyway). Racing pushers may store their counts out of order;
+    /// an older count only loosens the bound.
+    #[inline]
+    pub(crate) fn pending_seen(&self, dispatched: u64, limit: u64) -> u64 {
+        let finished = self.finished.load(Ordering::SeqCst);
+        let pending = dispatched.saturating_sub(finished);
+        if pending < limit {
+            self.finished_seen.store(finished, std_atomic::Ordering::Relaxed);
+        }
+        pending
+    }
+
+    /// Whether every operation submitted so far has finished.
+    ///
+    /// The order of the reads matters: an operation pushed from a body is
+    /// submitted before that body's operation finishes, so once `finished`
+    /// counts the parent, the child is either still undispatched (counted
+    /// there) or dispatched (counted in `dispatched`, read last).
+    fn all_finished(&self, dispatcher: &Dispatcher) -> bool {
+        let finished = self.finished.load(Ordering::SeqCst);
+        dispatcher.undispatched() == 0 && dispatcher.dispatched() == finished
+    }
+
+    /// Blocks until every operation submitted so far has finished, running
+    /// `help` while it finds work. Gives up at `deadline`, if any; returns whether every operation
+    /// finished.
+    pub(crate) fn wait_zero_until(
+        &self,
+        dispatcher: &Dispatcher,
+        helper: Helper<impl FnMut() -> bool>,
+        deadline: Option<std::time::Instant>,
+    ) -> bool {
+        let left = || deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+        help_spin_sleep(
+            || self.all_finished(dispatcher) || left().is_some_and(|l| l.is_zero()),
+            helper,
+            || {
+                let epoch = self.epoch.load(Ordering::Acquire);
+                self.sleepers.fetch_add(1, Ordering::SeqCst);
+                loom_sc_fence();
+                // Whoever finishes the last pending operation wakes us; an
+                // undispatched one will be dispatched and finish too.
+                if !self.all_finished(dispatcher) {
+                    match left() {
+                        None => futex_wait(&self.epoch, epoch),
+                        Some(left) => crate::sync::futex_wait_for(&self.epoch, epoch, left),
+                    }
+                }
+                self.sleepers.fetch_sub(1, Ordering::SeqCst);
+            },
+        );
+        self.all_finished(dispatcher)
+    }
+}
+
+/// The rendezvous between a `wait_var` caller and its marker operation.
+/// Pooled; shared by the two until both have let go (`refs`).
+#[derive(Debug, Default)]
+pub(crate) struct WaitSlot {
+    /// `WAITING`, `SLEEPING` (the waiter is in the futex) or `DONE`.
+    state: AtomicU32,
+    refs: AtomicU32,
+    /// Written by the marker before `DONE`, read by the waiter after.
+    error: UnsafeCell<Option<Arc<OpError>>>,
+    free_link: AtomicU32,
+}
+
+impl Pooled for WaitSlot {
+    fn free_link(&self) -> &AtomicU32 {
+        &self.free_link
+    }
+}
+
+// SAFETY: `error` is written by the marker before it publishes `DONE` and
+// read by the waiter after it observes `DONE` (release/acquire).
+unsafe impl Sync for WaitSlot {}
+
+const WAITING: u32 = 0;
+const SLEEPING: u32 = 1;
+const DONE: u32 = 2;
+
+impl WaitSlot {
+    /// Prepares a freshly taken slot: two references, not done.
+    pub(crate) fn arm(&self) {
+        self.state.store(WAITING, Ordering::Relaxed);
+        self.refs.store(2, Ordering::Relaxed);
+    }
+
+    /// The marker ran: hands the variable's failure (if any) to the waiter.
+    /// Returns whether the caller dropped the last reference.
+    pub(crate) fn deliver(&self, error: Option<Arc<OpError>>) -> bool {
+        // SAFETY: until `DONE` is published only the marker touches `error`.
+        unsafe { self.error.with_mut(|p| *p = error) };
+        if self.state.swap(DONE, Ordering::AcqRel) == SLEEPING {
+            futex_wake_all(&self.state);
+        }
+        self.release()
+    }
+
+    /// Blocks until delivered, running `help` while it finds work; returns
+    /// the delivered failure. Returns whether the caller dropped the last
+    /// reference alongside.
+    pub(crate) fn wait(&self, helper: Helper<impl FnMut() -> bool>) -> (Option<Arc<OpError>>, bool) {
+        help_spin_sleep(
+            || self.state.load(Ordering::Acquire) == DONE,
+            helper,
+            || match self.state.compare_exchange(WAITING, SLEEPING, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) | Err(SLEEPING) => futex_wait(&self.state, SLEEPING),
+                Err(_) => {} // DONE meanwhile
+            },
+        );
+        // SAFETY: `DONE` was published with release after the marker's
+        // last write, and the marker never touches `error` again.
+        let error = unsafe { self.error.with_mut(|p| (*p).take()) };
+        (error, self.release())
+    }
+
+    fn release(&self) -> bool {
+        self.refs.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+}
+
+/// The first failure since the last `wait_all` (lock-free, set once).
+pub(crate) struct FirstError(AtomicPtr<OpError>);
+
+impl Default for FirstError {
+    fn default() -> Self {
+        FirstError(AtomicPtr::new(std::ptr::null_mut()))
+    }
+}
+
+impl FirstError {
+    /// Records `error` unless an earlier one is already held.
+    pub(crate) fn record(&self, error: &Arc<OpError>) {
+        if !self.0.load(Ordering::Acquire).is_null() {
+            return;
+        }
+        let raw = Arc::into_raw(error.clone()) as *mut OpError;
+        if self.0.compare_exchange(std::ptr::null_mut(), raw, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            // SAFETY: `raw` came from `Arc::into_raw` above and was not published.
+            drop(unsafe { Arc::from_raw(raw) });
+        }
+    }
+
+    /// Takes the recorded failure, leaving none.
+    pub(crate) fn take(&self) -> Option<Arc<OpError>> {
+        let raw = self.0.swap(std::ptr::null_mut(), Ordering::AcqRel);
+        // SAFETY: a non-null pointer was published by `record` from
+        // `Arc::into_raw`, and the swap gave us its only copy.
+        (!raw.is_null()).then(|| unsafe { Arc::from_raw(raw) })
+    }
+}
+
+impl Drop for FirstError {
+    fn drop(&mut self) {
+        drop(self.take());
+    }
+}
+
+#[cfg(all(test, not(depengine_loom)))]
+mod tests {
+    use super::PendingCounter;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    /// Long enough that only a lost wake-up reaches it.
+    const NEVER: Duration = Duration::from_secs(60);
+
+    /// The pushers' bound never falls below the exact count, tightens only
+    /// when an exact read under the limit refreshes it, and never goes
+    /// back to the workers' line by itself.
+    #[test]
+    fn the_pushers_bound_is_never_below_the_pending_count() {
+        let counter = PendingCounter::default();
+        assert_eq!(counter.pending_at_most(10), 10);
+        counter.done(4, || 10);
+        // Finished moved on; the bound keeps the count it last saw.
+        assert_eq!((counter.pending(10), counter.pending_at_most(10)), (6, 10));
+        // An exact read at the limit leaves the bound alone ...
+        assert_eq!(counter.pending_seen(10, 6), 6);
+        assert_eq!(counter.pending_at_most(10), 10);
+        // ... one under it refreshes the bound.
+        assert_eq!(counter.pending_seen(10, 7), 6);
+        assert_eq!(counter.pending_at_most(12), 8);
+        counter.done(8, || 12);
+        assert_eq!(counter.pending(12), 0);
+        assert!(counter.pending_at_most(12) >= counter.pending(12));
+    }
+
+    /// A throttled pusher's sleep ends when the count reaches its target,
+    /// not at its timeout; the target it armed is disarmed after.
+    #[test]
+    fn a_sleeping_pusher_is_woken_by_the_completion_that_reaches_its_target() {
+        let counter = Arc::new(PendingCounter::default());
+        let sleeper = {
+            let counter = counter.clone();
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                // (A futex may return spuriously: the caller re-checks.)
+                while counter.finished() < 3 {
+                    counter.sleep_until_finished(3, NEVER);
+                }
+                start.elapsed()
+            })
+        };
+        // Finish one at a time, giving the sleeper time to arm and sleep.
+        for _ in 0..3 {
+            std::thread::sleep(Duration::from_millis(20));
+            counter.done(1, || 10);
+        }
+        let slept = sleeper.join().unwrap();
+        assert!(slept < NEVER / 2, "woken only by the timeout after {slept:?}");
+        assert_eq!(counter.wake_at.load(std::sync::atomic::Ordering::SeqCst), 0, "left armed");
+    }
+
+    /// A target already reached: no sleep at all. A target never reached:
+    /// the timeout ends the sleep, which disarms it (so later completions
+    /// do not issue wake-ups for nobody).
+    #[test]
+    fn a_reached_target_returns_at_once_and_a_timed_out_one_disarms() {
+        let counter = PendingCounter::default();
+        counter.done(2, || 10);
+        let start = Instant::now();
+        counter.sleep_until_finished(2, NEVER);
+        assert!(start.elapsed() < NEVER / 2);
+        counter.sleep_until_finished(5, Duration::from_millis(5));
+        assert_eq!(counter.wake_at.load(std::sync::atomic::Ordering::SeqCst), 0, "left armed");
+        assert_eq!(counter.finished(), 2);
+    }
+
+    /// The throttle's fields live in the padding after `finished`: the
+    /// counter takes three line pairs, the workers' `finished`, the
+    /// waiters' and throttle's fields, and the pushers' `finished_seen`.
+    #[test]
+    fn the_throttle_fields_fit_in_the_padding() {
+        assert_eq!(std::mem::size_of::<PendingCounter>(), 3 * 128);
+    }
+}
+
+/// Loom model of the throttled pusher's sleep (`--cfg depengine_loom`,
+/// where a timed futex wait blocks like an untimed one): the completion
+/// that reaches the target always wakes the sleeper.
+#[cfg(all(test, depengine_loom))]
+mod loom_models {
+    use super::PendingCounter;
+    use loom::sync::Arc;
+
+    #[test]
+    fn a_throttled_pusher_never_sleeps_through_its_target() {
+        loom::model(|| {
+            let counter = Arc::new(PendingCounter::default());
+            let finisher = {
+                let counter = counter.clone();
+                loom::thread::spawn(move || {
+                    counter.done(1, || 4);
+                    counter.done(1, || 4);
+                })
+            };
+            counter.sleep_until_finished(2, std::time::Duration::from_secs(1));
+            finisher.join().unwrap();
+            assert_eq!(counter.finished(), 2);
+        });
+    }
+}

@@ -602,7 +602,7 @@ impl EngineBuilder {
 
     /// The CPU worker count this builder resolves to.
     pub(crate) fn resolved_cpu_workers(&self) -> usize {
-        self.cpu_workers.unwrap_or_else(available_cpus)
+        self.cpu_workers.unwrap_or_else(crate::base::topology::available_cpus)
     }
 
     /// Starts the engine.
@@ -631,10 +631,4 @@ impl EngineBuilder {
 
         Engine::start(self)
     }
-}
-
-/// The CPUs this process may use (its affinity and quota; 1 if unknown):
-/// the default CPU worker count.
-pub(crate) fn available_cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
 }

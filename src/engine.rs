@@ -18,7 +18,7 @@ use crate::mem::completion::Completion;
 use crate::mem::inline_fn::InlineFn;
 use crate::observe::diagnose::HangReport;
 use crate::observe::profile::Profile;
-use crate::observe::stats::EngineStats;
+use crate::observe::stats::{EngineStats, PoolStats};
 use crate::sync::Ordering;
 use std::sync::{Arc, OnceLock};
 
@@ -50,24 +50,6 @@ pub struct Engine {
     watchdog: Option<std::thread::JoinHandle<()>>,
     /// per_device: the topology and the CPU each worker is pinned to.
     placement: Option<(Topology, Vec<Option<usize>>)>,
-}
-
-/// Pool occupancy, for leak checks and tuning. Exact when the engine is idle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct PoolStats {
-    /// Operation blocks in use.
-    pub live_ops: usize,
-    /// Variable queue blocks in use: one sentinel per live variable, plus
-    /// accesses queued and spares the dispatcher holds.
-    pub live_var_blocks: usize,
-    /// Variables alive (created and not yet deleted), not counting the
-    /// retired slots.
-    pub live_vars: usize,
-    /// Variable slots retired after their last generation (each was
-    /// deleted 2^32 times; see [`Engine::delete_var`]).
-    pub retired_var_slots: usize,
-    /// Operation blocks ever created (the pool's high-water mark).
-    pub op_blocks_created: usize,
 }
 
 impl Engine {

@@ -122,3 +122,9 @@ impl fmt::Display for Topology {
         write!(f, "{} CPUs on {} NUMA node{plural} (from {source})", self.cpus.len(), self.nodes)
     }
 }
+
+/// The CPUs this process may use (its affinity and quota; 1 if unknown):
+/// the default CPU worker count.
+pub(crate) fn available_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}

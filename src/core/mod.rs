@@ -10,6 +10,7 @@
 
 pub(crate) mod bulk;
 pub(crate) mod direct_run;
+pub(crate) mod observe;
 pub(crate) mod run;
 pub(crate) mod throttle;
 pub(crate) mod worker_batch;
@@ -412,7 +413,7 @@ impl Core {
             let session = self.profiler.session();
             if session != 0 && !matches!(kind, OprKind::Wait(_)) {
                 meta.profile_session = session;
-                self.stamp_push(block);
+                self.profiler.stamp_push(block);
             }
         }
         self.submit(op, me)
@@ -801,7 +802,7 @@ impl Core {
         if block.wait.fetch_sub(1, Ordering::AcqRel) == 1 {
             // SAFETY: taking `wait` to zero made us the block's owner.
             if unsafe { block.meta() }.profile_session != 0 {
-                self.stamp_made_ready_by(block, by);
+                self.profiler.stamp_made_ready_by(block, by);
             }
             self.schedule(op);
         }

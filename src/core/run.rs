@@ -61,7 +61,7 @@ impl Core {
         self.stats.ran(worker);
         let profiled = meta.profile_session != 0;
         if profiled {
-            self.stamp_start(block, worker);
+            self.profiler.stamp_start(block, worker);
         }
         if self.diagnosis.is_some() {
             self.diag_running(block, worker);
@@ -103,7 +103,7 @@ impl Core {
         let outcome = catch_unwind(AssertUnwindSafe(|| self.invoke(block, &ctx, Some(Completion::new(self, op)))));
         CURRENT_OP.with(|c| c.set(outer));
         if profiled {
-            self.stamp_body_end(block);
+            self.profiler.stamp_body_end(block);
         }
         if self.diagnosis.is_some() {
             self.diag_body_returned(block);
@@ -294,7 +294,7 @@ impl Core {
             },
         };
         if meta.profile_session != 0 {
-            self.stamp_end(block, failure.is_some());
+            self.profiler.stamp_end(block, failure.is_some());
         }
         if let Some(failure) = failure {
             if !matches!(meta.kind, OprKind::Wait(_)) {
@@ -381,13 +381,13 @@ impl Core {
         #[cfg(debug_assertions)]
         block.transition(op, crate::graph::opr::phase::RUNNING, crate::graph::opr::phase::FREE);
         if self.diagnosis.is_some() {
-            self.diag_finished(block);
+            block.diag.finished();
         }
         // SAFETY: completed and unreferenced: exclusively ours until given back.
         unsafe {
             let meta = block.meta_mut();
             if meta.profile_session != 0 {
-                self.record_finished(block, meta);
+                self.profiler.record_finished(block, meta);
                 meta.profile_session = 0;
             }
             meta.rejected = None;

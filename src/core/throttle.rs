@@ -19,7 +19,7 @@
 //!   keep them so for the rest of a run. (Until 2026-11-27 the sign was
 //!   ready work in pooled's ring, which says nothing of unpinned per_device,
 //!   whose work waits in deques.) Then, if the workers drain
-//!   slowly enough that a sleep pays ([`DrainRate`], [`SLEEP_PAYS`]), the
+//!   slowly enough that a sleep pays (`graph::wait::DrainRate`, `SLEEP_PAYS`), the
 //!   pusher sleeps on the finished count until a quarter of the cap has
 //!   drained: the completion that gets there wakes it
 //!   (`PendingCounter::sleep_until_finished`), and [`SLEEP_LIMIT`] bounds a
@@ -41,73 +41,9 @@
 //!   water (a sixteenth of the cap) instead of the cap, and a wait there
 //!   that gives up ends the stint.
 
-use crate::base::tuning::{
-    ALONE_YIELD, IDLE_LIMIT, PROBE_WAIT, RATE_SPAN_MIN, RATE_SPAN_RESTART, SHORT_OP, SLEEP_DRAIN_DIVISOR, SLEEP_LIMIT,
-    SLEEP_PAYS,
-};
+use crate::base::tuning::{ALONE_YIELD, IDLE_LIMIT, PROBE_WAIT, SLEEP_DRAIN_DIVISOR, SLEEP_LIMIT, SLEEP_PAYS};
 use crate::core::Core;
-// An estimate that orders nothing: std atomics, which loom does not explore
-// (as for the statistics).
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
-
-/// How fast the workers finish operations, as throttled pushers see it: the
-/// finished count and the time at the start of the current span, and
-/// whether the last measured span was one of short operations. Written
-/// only by throttled pushers (relaxed: an estimate, and two racing pushers
-/// at worst mix two recent spans).
-pub(crate) struct DrainRate {
-    origin: Instant,
-    span_finished: AtomicU64,
-    span_nanos: AtomicU64,
-    /// The last measured time per operation was under [`SHORT_OP`]
-    /// (written only when it changes: dispatchers read it).
-    short: AtomicBool,
-}
-
-impl Default for DrainRate {
-    fn default() -> Self {
-        DrainRate {
-            origin: Instant::now(),
-            span_finished: AtomicU64::new(0),
-            span_nanos: AtomicU64::new(0),
-            short: AtomicBool::new(false),
-        }
-    }
-}
-
-impl DrainRate {
-    /// With `finished` operations finished now: the time the workers took
-    /// per operation over the current span, if the span is long enough and
-    /// any finished in it (none: they are not draining, or are held). A
-    /// time measured also decides [`ops_are_short`](Self::ops_are_short).
-    pub(crate) fn time_per_op(&self, finished: u64) -> Option<Duration> {
-        let now = self.origin.elapsed().as_nanos() as u64;
-        let (then, start) = (self.span_finished.load(Ordering::Relaxed), self.span_nanos.load(Ordering::Relaxed));
-        let (done, took) = (finished.saturating_sub(then), now.saturating_sub(start));
-        if took >= RATE_SPAN_RESTART.as_nanos() as u64 {
-            self.span_finished.store(finished, Ordering::Relaxed);
-            self.span_nanos.store(now, Ordering::Relaxed);
-        }
-        if done == 0 || took < RATE_SPAN_MIN.as_nanos() as u64 {
-            return None;
-        }
-        let per_op = Duration::from_nanos(took / done);
-        let short = per_op < SHORT_OP;
-        if self.short.load(Ordering::Relaxed) != short {
-            self.short.store(short, Ordering::Relaxed);
-        }
-        Some(per_op)
-    }
-
-    /// Whether the workers' last measured drain was one of short
-    /// operations ([`SHORT_OP`]); `false` until a throttled pusher has
-    /// measured one.
-    #[inline]
-    pub(crate) fn ops_are_short(&self) -> bool {
-        self.short.load(Ordering::Relaxed)
-    }
-}
+use std::time::Instant;
 
 impl Core {
     /// What a push does when it takes the pending count to the cap (or,
@@ -207,27 +143,5 @@ impl Core {
         self.stats.throttle_slept();
         self.pending.sleep_until_finished(finished + (pending - low_water), SLEEP_LIMIT);
         true
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{DrainRate, RATE_SPAN_RESTART};
-    use std::thread::sleep;
-
-    /// A measured span decides whether operations are short, both ways.
-    #[test]
-    fn a_measured_drain_decides_whether_operations_are_short() {
-        let rate = DrainRate::default();
-        assert!(!rate.ops_are_short(), "short before anything was measured");
-        // A hundred million operations in a little over a span: short
-        // unless this thread stalls for 40 s.
-        sleep(RATE_SPAN_RESTART * 2);
-        let per_op = rate.time_per_op(100_000_000).expect("a span long enough to measure");
-        assert!(rate.ops_are_short(), "{per_op:?} per operation is not short");
-        // One operation in the next span: at least two milliseconds.
-        sleep(RATE_SPAN_RESTART * 2);
-        let per_op = rate.time_per_op(100_000_001).expect("a span long enough to measure");
-        assert!(!rate.ops_are_short(), "{per_op:?} per operation is short");
     }
 }

@@ -2,6 +2,7 @@
 
 use super::ready_ring::ReadyRing;
 use crate::base::tuning::{LEAVES_BEFORE_NAP, NAP_LIMIT, SPIN_POLLS, WAITER_GRACE};
+use crate::observe::stats::ExecutorCounters;
 use crate::sync::barrier;
 use crate::sync::{
     fence, futex_wait, futex_wait_for, futex_wake_all, futex_wake_one, spin_hint, AtomicBool, AtomicU32, Ordering,
@@ -477,6 +478,86 @@ impl Sleep {
         futex_wake_all(&self.epoch);
         self.nap.word.fetch_add(1, Ordering::Release);
         futex_wake_all(&self.nap.word);
+    }
+}
+
+/// The counting around [`Sleep`]'s protocol that every executor uses.
+impl ExecutorCounters {
+    /// Wakes a parked worker of `sleep` unless the protocol says no one
+    /// needs it (`Sleep::notify_one`), counting the wake-ups issued.
+    /// `for_waiter`: the work is marked as its publisher's own.
+    #[inline]
+    pub(crate) fn wake_one(&self, sleep: &Sleep, for_waiter: bool) {
+        self.count_wake_up(sleep.notify_one(for_waiter));
+    }
+
+    /// [`wake_one`](Self::wake_one) for work published by plain stores (a
+    /// worker's deque: `Sleep::notify_one_after_plain_publish`).
+    #[inline]
+    pub(crate) fn wake_one_after_plain_publish(&self, sleep: &Sleep) {
+        self.count_wake_up(sleep.notify_one_after_plain_publish());
+    }
+
+    #[inline(always)]
+    fn count_wake_up(&self, woke: bool) {
+        if woke {
+            self.wakeups.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Parks on `sleep` unless `has_work` (`Sleep::park`), counting the
+    /// times the worker actually slept.
+    pub(crate) fn park(&self, sleep: &Sleep, has_work: impl Fn() -> bool) {
+        if sleep.park(has_work) {
+            self.parks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// A CPU worker's park ([`park`](Self::park)); then, slept or not, it
+    /// passes a wake-up on if `more_than_one` says more is queued than
+    /// this worker will take. Producers skip theirs while one is in flight
+    /// (this worker slept) or while a worker spins, and a spinner's last
+    /// look may come just before a publish that relies on it and so find
+    /// nothing: it then finds the work at the re-check here instead of
+    /// sleeping (`docs/worker-sleep.md`, item 6; found by the loom model
+    /// `per_device::a_spinner_that_finds_more_than_it_takes_wakes_a_sleeper`).
+    pub(crate) fn park_and_hand_on(
+        &self,
+        sleep: &Sleep,
+        has_work: impl Fn() -> bool,
+        more_than_one: impl FnOnce() -> bool,
+    ) {
+        self.park(sleep, has_work);
+        self.hand_on(sleep, more_than_one);
+    }
+
+    /// A spinner's nap after its spin left its work to the threads that
+    /// pushed it ([`Sleep::nap_after_leaving`]); woken, it passes a
+    /// wake-up on as [`park_and_hand_on`](Self::park_and_hand_on) does:
+    /// every publish during the nap relied on it, but only the first woke
+    /// it (loom: `pooled::a_napper_woken_to_two_operations_wakes_a_sleeper`).
+    /// Returns `false` when the pool is stopping.
+    pub(crate) fn nap_and_hand_on(
+        &self,
+        sleep: &Sleep,
+        has_work: impl Fn() -> bool,
+        stop: &AtomicBool,
+        more_than_one: impl FnOnce() -> bool,
+    ) -> bool {
+        let working = sleep.nap_after_leaving(has_work, stop);
+        if working {
+            self.hand_on(sleep, more_than_one);
+        }
+        working
+    }
+
+    /// Wakes another worker if `more_than_one` says more is ready than the
+    /// calling worker will take.
+    #[inline]
+    fn hand_on(&self, sleep: &Sleep, more_than_one: impl FnOnce() -> bool) {
+        if more_than_one() {
+            self.wake_one(sleep, false);
+        }
     }
 }
 

@@ -282,7 +282,7 @@ impl PooledExecutor {
             normal: Arc::new(WorkerPool::new(cpu_workers, 0, spin)),
             copy: Arc::new(WorkerPool::new(copy_workers, cpu_workers, spin)),
             threads: WorkerThreads::default(),
-            cpus: crate::config::available_cpus(),
+            cpus: crate::base::topology::available_cpus(),
         }
     }
 }

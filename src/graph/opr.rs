@@ -21,10 +21,9 @@
 use crate::base::context::PushOpts;
 use crate::base::error::OpError;
 use crate::graph::operator::OperatorInner;
+use crate::graph::stamps::{DiagSlot, ProfStamps};
 use crate::mem::inline_fn::InlineFn;
 use crate::mem::pool::Pooled;
-use crate::observe::diagnose::DiagSlot;
-use crate::observe::profiler::ProfStamps;
 use crate::sync::{AtomicU32, AtomicU8, UnsafeCell};
 use std::sync::Arc;
 

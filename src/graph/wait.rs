@@ -17,7 +17,7 @@
 
 use crate::base::error::OpError;
 use crate::base::tuning::WAIT_SPINS;
-use crate::core::throttle::DrainRate;
+use crate::base::tuning::{RATE_SPAN_MIN, RATE_SPAN_RESTART, SHORT_OP};
 use crate::graph::dispatch::Dispatcher;
 use crate::mem::pool::Pooled;
 use crate::sync::{
@@ -343,6 +343,69 @@ impl Drop for FirstError {
     }
 }
 
+// DrainRate is an estimate that orders nothing: std atomics, which loom
+// does not explore (as for the statistics).
+/// How fast the workers finish operations, as throttled pushers see it: the
+/// finished count and the time at the start of the current span, and
+/// whether the last measured span was one of short operations. Written
+/// only by throttled pushers (relaxed: an estimate, and two racing pushers
+/// at worst mix two recent spans).
+pub(crate) struct DrainRate {
+    origin: std::time::Instant,
+    span_finished: std_atomic::AtomicU64,
+    span_nanos: std_atomic::AtomicU64,
+    /// The last measured time per operation was under [`SHORT_OP`]
+    /// (written only when it changes: dispatchers read it).
+    short: std_atomic::AtomicBool,
+}
+
+impl Default for DrainRate {
+    fn default() -> Self {
+        DrainRate {
+            origin: std::time::Instant::now(),
+            span_finished: std_atomic::AtomicU64::new(0),
+            span_nanos: std_atomic::AtomicU64::new(0),
+            short: std_atomic::AtomicBool::new(false),
+        }
+    }
+}
+
+impl DrainRate {
+    /// With `finished` operations finished now: the time the workers took
+    /// per operation over the current span, if the span is long enough and
+    /// any finished in it (none: they are not draining, or are held). A
+    /// time measured also decides [`ops_are_short`](Self::ops_are_short).
+    pub(crate) fn time_per_op(&self, finished: u64) -> Option<std::time::Duration> {
+        let now = self.origin.elapsed().as_nanos() as u64;
+        let (then, start) = (
+            self.span_finished.load(std_atomic::Ordering::Relaxed),
+            self.span_nanos.load(std_atomic::Ordering::Relaxed),
+        );
+        let (done, took) = (finished.saturating_sub(then), now.saturating_sub(start));
+        if took >= RATE_SPAN_RESTART.as_nanos() as u64 {
+            self.span_finished.store(finished, std_atomic::Ordering::Relaxed);
+            self.span_nanos.store(now, std_atomic::Ordering::Relaxed);
+        }
+        if done == 0 || took < RATE_SPAN_MIN.as_nanos() as u64 {
+            return None;
+        }
+        let per_op = std::time::Duration::from_nanos(took / done);
+        let short = per_op < SHORT_OP;
+        if self.short.load(std_atomic::Ordering::Relaxed) != short {
+            self.short.store(short, std_atomic::Ordering::Relaxed);
+        }
+        Some(per_op)
+    }
+
+    /// Whether the workers' last measured drain was one of short
+    /// operations ([`SHORT_OP`]); `false` until a throttled pusher has
+    /// measured one.
+    #[inline]
+    pub(crate) fn ops_are_short(&self) -> bool {
+        self.short.load(std_atomic::Ordering::Relaxed)
+    }
+}
+
 #[cfg(all(test, not(depengine_loom)))]
 mod tests {
     use super::PendingCounter;
@@ -446,5 +509,28 @@ mod loom_models {
             finisher.join().unwrap();
             assert_eq!(counter.finished(), 2);
         });
+    }
+}
+
+#[cfg(all(test, not(depengine_loom)))]
+mod drain_rate_tests {
+    use super::DrainRate;
+    use crate::base::tuning::RATE_SPAN_RESTART;
+    use std::thread::sleep;
+
+    /// A measured span decides whether operations are short, both ways.
+    #[test]
+    fn a_measured_drain_decides_whether_operations_are_short() {
+        let rate = DrainRate::default();
+        assert!(!rate.ops_are_short(), "short before anything was measured");
+        // A hundred million operations in a little over a span: short
+        // unless this thread stalls for 40 s.
+        sleep(RATE_SPAN_RESTART * 2);
+        let per_op = rate.time_per_op(100_000_000).expect("a span long enough to measure");
+        assert!(rate.ops_are_short(), "{per_op:?} per operation is not short");
+        // One operation in the next span: at least two milliseconds.
+        sleep(RATE_SPAN_RESTART * 2);
+        let per_op = rate.time_per_op(100_000_001).expect("a span long enough to measure");
+        assert!(!rate.ops_are_short(), "{per_op:?} per operation is short");
     }
 }

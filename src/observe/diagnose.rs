@@ -4,7 +4,7 @@
 //! Off by default ([`EngineBuilder::hang_report`](crate::EngineBuilder::hang_report)).
 //! When on:
 //!
-//! - every operation block carries a [`DiagSlot`]: a copy of its ticket,
+//! - every operation block carries a [`DiagSlot`](crate::graph::stamps::DiagSlot): a copy of its ticket,
 //!   name, variables and state (queued → ready → running → body returned)
 //!   in plain atomics, written by whoever owns the block at each step. The
 //!   ticket is written last when the block is dispatched and cleared first
@@ -21,11 +21,11 @@
 //! report on demand. Nothing here is on the push → run → complete path when
 //! diagnosis is off: each hook is one branch on an engine constant.
 
-use crate::core::Core;
-use crate::graph::opr::{Dep, Meta, OprBlock, INLINE_VARS};
+use crate::graph::opr::{Dep, Meta, INLINE_VARS};
+use crate::graph::stamps::DiagSlot;
 use crate::graph::var::Var;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::*};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,24 +43,6 @@ const WAIT_ALL: u64 = u64::MAX;
 
 /// `WatchedWait::since` while a wait is filling the entry in.
 const CLAIMING: u64 = u64::MAX;
-
-/// One block's diagnostic copy (see the module docs).
-#[derive(Default)]
-pub(crate) struct DiagSlot {
-    /// Ticket + 1 while the operation is in flight, 0 otherwise.
-    ticket: AtomicU64,
-    state: AtomicU8,
-    /// Lane (as the profiler numbers threads) of the running thread.
-    lane: AtomicU64,
-    /// When the operation entered its state (ns since the engine started).
-    since: AtomicU64,
-    name: AtomicU64,
-    name_len: AtomicU64,
-    /// Variables: `slot | mode << 30` (as `Dep`) and generation << 32.
-    deps: [AtomicU64; INLINE_VARS],
-    /// Number of variables (only the first `INLINE_VARS` are copied).
-    ndeps: AtomicU64,
-}
 
 /// One registered wait.
 #[derive(Default)]
@@ -137,199 +119,6 @@ pub struct HangReport {
     pub in_flight: usize,
     /// Lane names, as in profiles: worker threads, then other threads.
     pub lanes: Vec<String>,
-}
-
-impl Core {
-    /// At dispatch (the combiner owns the block): publishes its copy.
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn diag_dispatched(&self, block: &OprBlock, meta: &Meta, deps: &[Dep]) {
-        let d = &block.diag;
-        d.name.store(meta.opts.name.as_ptr() as u64, Relaxed);
-        d.name_len.store(meta.opts.name.len() as u64, Relaxed);
-        for (slot, dep) in d.deps.iter().zip(deps) {
-            slot.store(dep.slot_mode() as u64 | (dep.gen as u64) << 32, Relaxed);
-        }
-        d.ndeps.store(deps.len() as u64, Relaxed);
-        d.state.store(QUEUED, Relaxed);
-        d.since.store(self.profiler.now(), Relaxed);
-        d.ticket.store(meta.ticket + 1, Release);
-    }
-
-    /// The operation moved to `state` (on `lane` for running states).
-    pub(crate) fn diag_state(&self, block: &OprBlock, state: u8, lane: usize) {
-        let d = &block.diag;
-        d.lane.store(lane as u64, Relaxed);
-        d.since.store(self.profiler.now(), Relaxed);
-        d.state.store(state, Release);
-    }
-
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn diag_ready(&self, block: &OprBlock) {
-        self.diag_state(block, READY, 0);
-    }
-
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn diag_running(&self, block: &OprBlock, worker: Option<usize>) {
-        self.diag_state(block, RUNNING, self.profiler.lane(worker));
-    }
-
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn diag_body_returned(&self, block: &OprBlock) {
-        let lane = block.diag.lane.load(Relaxed) as usize;
-        self.diag_state(block, BODY_RETURNED, lane);
-    }
-
-    /// The block is being given back.
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn diag_finished(&self, block: &OprBlock) {
-        block.diag.ticket.store(0, Release);
-    }
-
-    /// Registers a wait that is about to block (on `var`, or on everything);
-    /// returns its entry for [`Core::diag_wait_end`].
-    pub(crate) fn diag_wait_begin(&self, var: Option<Var>, write: bool) -> Option<usize> {
-        let diag = self.diagnosis.as_ref()?;
-        let now = self.profiler.now().max(1);
-        let what = var.map_or(WAIT_ALL, |v| v.slot as u64 | (v.gen as u64) << 32);
-        diag.waits.iter().position(|w| {
-            w.since.load(Relaxed) == 0 && {
-                w.what.store(what, Relaxed);
-                w.write.store(write, Relaxed);
-                w.reported.store(false, Relaxed);
-                w.since.compare_exchange(0, now, AcqRel, Relaxed).is_ok()
-            }
-        })
-    }
-
-    /// The wait registered as `entry` returned.
-    pub(crate) fn diag_wait_end(&self, entry: Option<usize>) {
-        if let (Some(diag), Some(i)) = (&self.diagnosis, entry) {
-            diag.waits[i].since.store(0, Release);
-        }
-    }
-
-    /// One watchdog pass: reports every wait older than the threshold that
-    /// was not reported yet.
-    pub(crate) fn watchdog_pass(&self) {
-        let Some(diag) = &self.diagnosis else { return };
-        let now = self.profiler.now();
-        let threshold = diag.after.as_nanos() as u64;
-        for w in diag.waits.iter() {
-            let since = w.since.load(Acquire);
-            if since == 0 || since == CLAIMING || now.saturating_sub(since) < threshold || w.reported.swap(true, AcqRel)
-            {
-                continue;
-            }
-            let what = w.what.load(Relaxed);
-            let var =
-                (what != WAIT_ALL).then_some(Var { engine: self.id, slot: what as u32, gen: (what >> 32) as u32 });
-            let wait = match (var, w.write.load(Relaxed)) {
-                (None, _) => "wait_all()".to_owned(),
-                (Some(v), false) => format!("wait_var({})", VarName(v)),
-                (Some(v), true) => format!("wait_to_write({})", VarName(v)),
-            };
-            let mut report = self.pending_report(var);
-            report.wait = wait;
-            report.waited = Duration::from_nanos(now.saturating_sub(since));
-            // The wait may have returned meanwhile: report only if not.
-            if w.since.load(Acquire) == since {
-                // The user's handler: a panic there ends this report, not
-                // the watchdog (`unwind.rs`).
-                crate::base::unwind::quietly(|| (diag.handler)(&report));
-            }
-        }
-    }
-
-    /// Scans the blocks: everything in flight (on `var`, if given).
-    pub(crate) fn pending_report(&self, var: Option<Var>) -> HangReport {
-        let now = self.profiler.now();
-        let mut all: Vec<PendingOp> = Vec::new();
-        if self.diagnosis.is_some() {
-            for i in 0..self.oprs.capacity_used() as u32 {
-                if let Some(op) = self.read_diag(&self.oprs.get(i).diag, now) {
-                    all.push(op);
-                }
-            }
-        }
-        all.sort_by_key(|op| op.ticket);
-        // What each queued operation waits for: on each of its variables,
-        // the nearest earlier operation in flight that conflicts.
-        for j in 0..all.len() {
-            if all[j].state != PendingState::Queued {
-                continue;
-            }
-            let mut waits_for = Vec::new();
-            for &(v, writes) in &all[j].vars {
-                let blocker =
-                    all[..j].iter().rev().find(|earlier| earlier.vars.iter().any(|&(u, w)| u == v && (w || writes)));
-                if let Some(b) = blocker {
-                    if !waits_for.contains(&b.ticket) {
-                        waits_for.push(b.ticket);
-                    }
-                }
-            }
-            all[j].waits_for = waits_for;
-        }
-        let running = all
-            .iter()
-            .filter(|op| matches!(op.state, PendingState::Running(_) | PendingState::AwaitingCompletion(_)))
-            .cloned()
-            .collect();
-        let in_flight = all.len();
-        let pending = match var {
-            Some(v) => all.into_iter().filter(|op| op.vars.iter().any(|&(u, _)| u == v)).collect(),
-            None => all,
-        };
-        let lanes = (0..self.traits.worker_threads + crate::observe::profiler::OTHER_LANES)
-            .map(|l| self.lane_name(l))
-            .collect();
-        HangReport { wait: "report".into(), waited: Duration::ZERO, var, pending, running, in_flight, lanes }
-    }
-
-    /// A consistent copy of one block's diagnostic slot, if in flight.
-    fn read_diag(&self, d: &DiagSlot, now: u64) -> Option<PendingOp> {
-        let ticket = d.ticket.load(Acquire).checked_sub(1)?;
-        let state = d.state.load(Acquire);
-        let lane = d.lane.load(Relaxed) as usize;
-        let since = d.since.load(Relaxed);
-        let (name, len) = (d.name.load(Relaxed), d.name_len.load(Relaxed));
-        let ndeps = (d.ndeps.load(Relaxed) as usize).min(INLINE_VARS);
-        let vars = d.deps[..ndeps]
-            .iter()
-            .map(|w| {
-                let w = w.load(Relaxed);
-                let dep = Dep::from_slot_mode(w as u32, (w >> 32) as u32);
-                (Var { engine: self.id, slot: dep.slot(), gen: dep.gen }, dep.writes())
-            })
-            .collect();
-        std::sync::atomic::fence(Acquire);
-        if d.ticket.load(Relaxed) != ticket + 1 {
-            return None; // given back (and maybe reused) meanwhile
-        }
-        // SAFETY: `name` and `len` were copied from a `&'static str` at
-        // dispatch, and the unchanged ticket shows both belong to it.
-        let name =
-            unsafe { std::str::from_utf8_unchecked(std::slice::from_raw_parts(name as *const u8, len as usize)) };
-        let state = match state {
-            QUEUED => PendingState::Queued,
-            READY => PendingState::Ready,
-            RUNNING => PendingState::Running(lane),
-            _ => PendingState::AwaitingCompletion(lane),
-        };
-        Some(PendingOp {
-            ticket,
-            name,
-            state,
-            for_time: Duration::from_nanos(now.saturating_sub(since)),
-            vars,
-            waits_for: Vec::new(),
-        })
-    }
 }
 
 impl Diagnosis {
@@ -426,5 +215,196 @@ impl fmt::Display for HangReport {
             self.describe(f, op, &all)?;
         }
         Ok(())
+    }
+}
+
+impl DiagSlot {
+    /// At dispatch (the combiner owns the block): publishes its copy.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn dispatched(&self, meta: &Meta, deps: &[Dep], now: u64) {
+        self.name.store(meta.opts.name.as_ptr() as u64, Relaxed);
+        self.name_len.store(meta.opts.name.len() as u64, Relaxed);
+        for (slot, dep) in self.deps.iter().zip(deps) {
+            slot.store(dep.slot_mode() as u64 | (dep.gen as u64) << 32, Relaxed);
+        }
+        self.ndeps.store(deps.len() as u64, Relaxed);
+        self.state.store(QUEUED, Relaxed);
+        self.since.store(now, Relaxed);
+        self.ticket.store(meta.ticket + 1, Release);
+    }
+
+    /// The operation moved to `state` (on `lane` for running states).
+    fn set_state(&self, state: u8, lane: usize, now: u64) {
+        self.lane.store(lane as u64, Relaxed);
+        self.since.store(now, Relaxed);
+        self.state.store(state, Release);
+    }
+
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn ready(&self, now: u64) {
+        self.set_state(READY, 0, now);
+    }
+
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn running(&self, lane: usize, now: u64) {
+        self.set_state(RUNNING, lane, now);
+    }
+
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn body_returned(&self, now: u64) {
+        let lane = self.lane.load(Relaxed) as usize;
+        self.set_state(BODY_RETURNED, lane, now);
+    }
+
+    /// The block is being given back.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn finished(&self) {
+        self.ticket.store(0, Release);
+    }
+
+    /// A consistent copy of this slot, if its operation is in flight
+    /// (`engine`: the engine's id, for the variables' handles).
+    fn read(&self, engine: u32, now: u64) -> Option<PendingOp> {
+        let d = self;
+        let ticket = d.ticket.load(Acquire).checked_sub(1)?;
+        let state = d.state.load(Acquire);
+        let lane = d.lane.load(Relaxed) as usize;
+        let since = d.since.load(Relaxed);
+        let (name, len) = (d.name.load(Relaxed), d.name_len.load(Relaxed));
+        let ndeps = (d.ndeps.load(Relaxed) as usize).min(INLINE_VARS);
+        let vars = d.deps[..ndeps]
+            .iter()
+            .map(|w| {
+                let w = w.load(Relaxed);
+                let dep = Dep::from_slot_mode(w as u32, (w >> 32) as u32);
+                (Var { engine, slot: dep.slot(), gen: dep.gen }, dep.writes())
+            })
+            .collect();
+        std::sync::atomic::fence(Acquire);
+        if d.ticket.load(Relaxed) != ticket + 1 {
+            return None; // given back (and maybe reused) meanwhile
+        }
+        // SAFETY: `name` and `len` were copied from a `&'static str` at
+        // dispatch, and the unchanged ticket shows both belong to it.
+        let name =
+            unsafe { std::str::from_utf8_unchecked(std::slice::from_raw_parts(name as *const u8, len as usize)) };
+        let state = match state {
+            QUEUED => PendingState::Queued,
+            READY => PendingState::Ready,
+            RUNNING => PendingState::Running(lane),
+            _ => PendingState::AwaitingCompletion(lane),
+        };
+        Some(PendingOp {
+            ticket,
+            name,
+            state,
+            for_time: Duration::from_nanos(now.saturating_sub(since)),
+            vars,
+            waits_for: Vec::new(),
+        })
+    }
+}
+
+impl Diagnosis {
+    /// Registers a wait that is about to block (on `var`, or on everything);
+    /// returns its entry for [`wait_end`](Self::wait_end).
+    pub(crate) fn wait_begin(&self, var: Option<Var>, write: bool, now: u64) -> Option<usize> {
+        let diag = self;
+        let now = now.max(1);
+        let what = var.map_or(WAIT_ALL, |v| v.slot as u64 | (v.gen as u64) << 32);
+        diag.waits.iter().position(|w| {
+            w.since.load(Relaxed) == 0 && {
+                w.what.store(what, Relaxed);
+                w.write.store(write, Relaxed);
+                w.reported.store(false, Relaxed);
+                w.since.compare_exchange(0, now, AcqRel, Relaxed).is_ok()
+            }
+        })
+    }
+
+    /// The wait registered as `entry` returned.
+    pub(crate) fn wait_end(&self, entry: Option<usize>) {
+        if let Some(i) = entry {
+            self.waits[i].since.store(0, Release);
+        }
+    }
+
+    /// One watchdog pass: reports every wait older than the threshold that
+    /// was not reported yet.
+    /// `report` builds the report of what a wait on a variable (or on
+    /// everything) is behind.
+    pub(crate) fn watchdog_pass(&self, engine: u32, now: u64, report: impl Fn(Option<Var>) -> HangReport) {
+        let diag = self;
+        let threshold = diag.after.as_nanos() as u64;
+        for w in diag.waits.iter() {
+            let since = w.since.load(Acquire);
+            if since == 0 || since == CLAIMING || now.saturating_sub(since) < threshold || w.reported.swap(true, AcqRel)
+            {
+                continue;
+            }
+            let what = w.what.load(Relaxed);
+            let var = (what != WAIT_ALL).then_some(Var { engine, slot: what as u32, gen: (what >> 32) as u32 });
+            let wait = match (var, w.write.load(Relaxed)) {
+                (None, _) => "wait_all()".to_owned(),
+                (Some(v), false) => format!("wait_var({})", VarName(v)),
+                (Some(v), true) => format!("wait_to_write({})", VarName(v)),
+            };
+            let mut report = report(var);
+            report.wait = wait;
+            report.waited = Duration::from_nanos(now.saturating_sub(since));
+            // The wait may have returned meanwhile: report only if not.
+            if w.since.load(Acquire) == since {
+                // The user's handler: a panic there ends this report, not
+                // the watchdog (`unwind.rs`).
+                crate::base::unwind::quietly(|| (diag.handler)(&report));
+            }
+        }
+    }
+
+    /// Scans `slots` (every operation block's): everything in flight (on
+    /// `var`, if given); `lanes` names the threads.
+    pub(crate) fn pending_report<'a>(
+        slots: impl Iterator<Item = &'a DiagSlot>,
+        engine: u32,
+        now: u64,
+        var: Option<Var>,
+        lanes: Vec<String>,
+    ) -> HangReport {
+        let mut all: Vec<PendingOp> = slots.filter_map(|d| d.read(engine, now)).collect();
+        all.sort_by_key(|op| op.ticket);
+        // What each queued operation waits for: on each of its variables,
+        // the nearest earlier operation in flight that conflicts.
+        for j in 0..all.len() {
+            if all[j].state != PendingState::Queued {
+                continue;
+            }
+            let mut waits_for = Vec::new();
+            for &(v, writes) in &all[j].vars {
+                let blocker =
+                    all[..j].iter().rev().find(|earlier| earlier.vars.iter().any(|&(u, w)| u == v && (w || writes)));
+                if let Some(b) = blocker {
+                    if !waits_for.contains(&b.ticket) {
+                        waits_for.push(b.ticket);
+                    }
+                }
+            }
+            all[j].waits_for = waits_for;
+        }
+        let running = all
+            .iter()
+            .filter(|op| matches!(op.state, PendingState::Running(_) | PendingState::AwaitingCompletion(_)))
+            .cloned()
+            .collect();
+        let in_flight = all.len();
+        let pending = match var {
+            Some(v) => all.into_iter().filter(|op| op.vars.iter().any(|&(u, _)| u == v)).collect(),
+            None => all,
+        };
+        HangReport { wait: "report".into(), waited: Duration::ZERO, var, pending, running, in_flight, lanes }
     }
 }

@@ -15,7 +15,7 @@
 //! plus [`OTHER_LANES`] shared by the other threads: pushers running
 //! operations inline, waiters helping, completing threads) and keeps them
 //! for the engine's life. A profiled operation carries its timestamps in
-//! [`ProfStamps`] on its block: pushed, ready (every variable granted),
+//! [`ProfStamps`](crate::graph::stamps::ProfStamps) on its block: pushed, ready (every variable granted),
 //! started, body returned, ended (completed), the ticket of the operation
 //! whose completion made it ready, and the lane of the thread that ran it.
 //! When the block is given back, its record is copied into the lane of the
@@ -51,22 +51,6 @@ pub(crate) const DEFAULT_LANE_EVENTS: usize = 1 << 15;
 
 /// Words of one record (see [`Record`]).
 const WORDS: usize = 11;
-
-/// A profiled operation's timestamps, kept on its block. Plain atomics
-/// (relaxed): the engine's own hand-offs order them, and an asynchronous
-/// body may stamp `body_end` while its completion stamps `end`.
-#[derive(Default)]
-pub(crate) struct ProfStamps {
-    pub(crate) pushed: AtomicU64,
-    pub(crate) ready: AtomicU64,
-    pub(crate) start: AtomicU64,
-    pub(crate) body_end: AtomicU64,
-    pub(crate) end: AtomicU64,
-    /// Ticket + 1 of the operation that made this one ready (0: none).
-    pub(crate) made_ready_by: AtomicU64,
-    /// Lane of the running thread (low 16 bits) and [`FAILED`].
-    pub(crate) lane_flags: AtomicU32,
-}
 
 /// `lane_flags`: the operation failed (or was skipped).
 pub(crate) const FAILED: u32 = 1 << 16;
@@ -390,29 +374,24 @@ impl Record {
 
 /// The hooks the operation's life calls when its `Meta::profile_session`
 /// is set (each caller owns the block at that point).
-impl crate::core::Core {
+impl Profiler {
     /// At push: clears the stamps a previous use of the block left.
     #[cold]
     #[inline(never)]
     pub(crate) fn stamp_push(&self, block: &OprBlock) {
         let p = &block.prof;
-        p.pushed.store(self.profiler.ticks(), Relaxed);
+        p.pushed.store(self.ticks(), Relaxed);
         for stamp in [&p.ready, &p.start, &p.body_end, &p.end, &p.made_ready_by] {
             stamp.store(0, Relaxed);
         }
         p.lane_flags.store(0, Relaxed);
     }
 
-    /// Every variable granted the operation (profiling or diagnosing).
+    /// Every variable granted the operation.
     #[cold]
     #[inline(never)]
-    pub(crate) fn observe_ready(&self, block: &OprBlock, meta: &Meta) {
-        if meta.profile_session != 0 {
-            block.prof.ready.store(self.profiler.ticks(), Relaxed);
-        }
-        if self.diagnosis.is_some() {
-            self.diag_ready(block);
-        }
+    pub(crate) fn stamp_ready(&self, block: &OprBlock) {
+        block.prof.ready.store(self.ticks(), Relaxed);
     }
 
     /// The completion of the operation with ticket `by` made this one ready.
@@ -426,15 +405,15 @@ impl crate::core::Core {
     #[cold]
     #[inline(never)]
     pub(crate) fn stamp_start(&self, block: &OprBlock, worker: Option<usize>) {
-        block.prof.lane_flags.fetch_or(self.profiler.lane(worker) as u32, Relaxed);
-        block.prof.start.store(self.profiler.ticks(), Relaxed);
+        block.prof.lane_flags.fetch_or(self.lane(worker) as u32, Relaxed);
+        block.prof.start.store(self.ticks(), Relaxed);
     }
 
     /// The body returned.
     #[cold]
     #[inline(never)]
     pub(crate) fn stamp_body_end(&self, block: &OprBlock) {
-        block.prof.body_end.store(self.profiler.ticks(), Relaxed);
+        block.prof.body_end.store(self.ticks(), Relaxed);
     }
 
     /// The operation completed (before it releases its variables, so that
@@ -445,15 +424,7 @@ impl crate::core::Core {
         if failed {
             block.prof.lane_flags.fetch_or(FAILED, Relaxed);
         }
-        block.prof.end.store(self.profiler.ticks(), Relaxed);
-    }
-
-    /// The name of profiler lane `lane` (as traces and hang reports show it).
-    pub(crate) fn lane_name(&self, lane: usize) -> String {
-        match lane.checked_sub(self.traits.worker_threads) {
-            None => self.executor.worker_name(lane),
-            Some(other) => format!("other threads {other} (push, wait, complete)"),
-        }
+        block.prof.end.store(self.ticks(), Relaxed);
     }
 
     /// The block is being given back: records the operation.
@@ -487,7 +458,7 @@ impl crate::core::Core {
             is_async: meta.is_async,
             failed: lane_flags & FAILED != 0,
         };
-        self.profiler.record(meta.profile_session, &event);
+        self.record(meta.profile_session, &event);
     }
 }
 

@@ -20,10 +20,7 @@
 //! The counters are plain `std` atomics even under loom: they order nothing,
 //! and modelling them would only multiply the interleavings loom explores.
 
-use crate::engine::PoolStats;
-use crate::exec::park::Sleep;
 use crate::mem::thread_slot;
-use crate::sync::AtomicBool;
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -256,7 +253,26 @@ impl Stats {
     }
 }
 
-/// Counters an executor keeps (parks, wake-ups, ready-queue depth).
+/// Pool occupancy, for leak checks and tuning. Exact when the engine is idle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PoolStats {
+    /// Operation blocks in use.
+    pub live_ops: usize,
+    /// Variable queue blocks in use: one sentinel per live variable, plus
+    /// accesses queued and spares the dispatcher holds.
+    pub live_var_blocks: usize,
+    /// Variables alive (created and not yet deleted), not counting the
+    /// retired slots.
+    pub live_vars: usize,
+    /// Variable slots retired after their last generation (each was
+    /// deleted 2^32 times; see [`Engine::delete_var`](crate::Engine::delete_var)).
+    pub retired_var_slots: usize,
+    /// Operation blocks ever created (the pool's high-water mark).
+    pub op_blocks_created: usize,
+}
+
+/// Counters an executor keeps (parks, wake-ups, ready-queue depth); the
+/// counting around the sleep protocol is in `exec/park.rs`.
 #[derive(Default)]
 pub(crate) struct ExecutorCounters {
     pub(crate) parks: AtomicU64,
@@ -265,83 +281,6 @@ pub(crate) struct ExecutorCounters {
 }
 
 impl ExecutorCounters {
-    /// Wakes a parked worker of `sleep` unless the protocol says no one
-    /// needs it (`Sleep::notify_one`), counting the wake-ups issued.
-    /// `for_waiter`: the work is marked as its publisher's own.
-    #[inline]
-    pub(crate) fn wake_one(&self, sleep: &Sleep, for_waiter: bool) {
-        self.count_wake_up(sleep.notify_one(for_waiter));
-    }
-
-    /// [`wake_one`](Self::wake_one) for work published by plain stores (a
-    /// worker's deque: `Sleep::notify_one_after_plain_publish`).
-    #[inline]
-    pub(crate) fn wake_one_after_plain_publish(&self, sleep: &Sleep) {
-        self.count_wake_up(sleep.notify_one_after_plain_publish());
-    }
-
-    #[inline(always)]
-    fn count_wake_up(&self, woke: bool) {
-        if woke {
-            self.wakeups.fetch_add(1, Relaxed);
-        }
-    }
-
-    /// Parks on `sleep` unless `has_work` (`Sleep::park`), counting the
-    /// times the worker actually slept.
-    pub(crate) fn park(&self, sleep: &Sleep, has_work: impl Fn() -> bool) {
-        if sleep.park(has_work) {
-            self.parks.fetch_add(1, Relaxed);
-        }
-    }
-
-    /// A CPU worker's park ([`park`](Self::park)); then, slept or not, it
-    /// passes a wake-up on if `more_than_one` says more is queued than
-    /// this worker will take. Producers skip theirs while one is in flight
-    /// (this worker slept) or while a worker spins, and a spinner's last
-    /// look may come just before a publish that relies on it and so find
-    /// nothing: it then finds the work at the re-check here instead of
-    /// sleeping (`docs/worker-sleep.md`, item 6; found by the loom model
-    /// `per_device::a_spinner_that_finds_more_than_it_takes_wakes_a_sleeper`).
-    pub(crate) fn park_and_hand_on(
-        &self,
-        sleep: &Sleep,
-        has_work: impl Fn() -> bool,
-        more_than_one: impl FnOnce() -> bool,
-    ) {
-        self.park(sleep, has_work);
-        self.hand_on(sleep, more_than_one);
-    }
-
-    /// A spinner's nap after its spin left its work to the threads that
-    /// pushed it ([`Sleep::nap_after_leaving`]); woken, it passes a
-    /// wake-up on as [`park_and_hand_on`](Self::park_and_hand_on) does:
-    /// every publish during the nap relied on it, but only the first woke
-    /// it (loom: `pooled::a_napper_woken_to_two_operations_wakes_a_sleeper`).
-    /// Returns `false` when the pool is stopping.
-    pub(crate) fn nap_and_hand_on(
-        &self,
-        sleep: &Sleep,
-        has_work: impl Fn() -> bool,
-        stop: &AtomicBool,
-        more_than_one: impl FnOnce() -> bool,
-    ) -> bool {
-        let working = sleep.nap_after_leaving(has_work, stop);
-        if working {
-            self.hand_on(sleep, more_than_one);
-        }
-        working
-    }
-
-    /// Wakes another worker if `more_than_one` says more is ready than the
-    /// calling worker will take.
-    #[inline]
-    fn hand_on(&self, sleep: &Sleep, more_than_one: impl FnOnce() -> bool) {
-        if more_than_one() {
-            self.wake_one(sleep, false);
-        }
-    }
-
     pub(crate) fn add_into(&self, s: &mut EngineStats) {
         s.parks += self.parks.load(Relaxed);
         s.wakeups += self.wakeups.load(Relaxed);

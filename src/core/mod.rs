@@ -26,6 +26,7 @@ use crate::graph::opr::{Body, Dep, OprBlock, OprKind, LOOK_AT_EACH_VAR, READ, WR
 use crate::graph::var::{Var, VarSlot, DELETE_DISPATCHED, DELETE_REQUESTED};
 use crate::graph::var_queue::VarBlock;
 use crate::graph::wait::{FirstError, Helper, PendingCounter, WaitSlot};
+use crate::mem::completion::CompletionSink;
 use crate::mem::pool::{Pool, SharedTakeCache, ThreadCaches, NIL};
 use crate::mem::sweep::SweepCache;
 use crate::observe::diagnose::{print_report, Diagnosis, HangHandler};
@@ -106,6 +107,8 @@ pub(crate) struct Core {
     /// per operation.
     spare_blocks: CachePadded<SpareBlocks>,
     pub(crate) executor: Box<dyn Executor>,
+    /// What this core's completions call back (`run.rs`).
+    pub(crate) completion_sink: CompletionSink,
     /// What the executor is, asked once (read on every direct run and
     /// every push run unqueued, where a virtual call showed in profiles).
     pub(crate) traits: ExecutorTraits,
@@ -194,6 +197,7 @@ impl Core {
             bulks: Pool::new(),
             dispatcher: Dispatcher::default(),
             spare_blocks: CachePadded::new(SpareBlocks(UnsafeCell::new(SweepCache::default()))),
+            completion_sink: run::COMPLETION_SINK,
             traits,
             executor,
             pending: PendingCounter::default(),

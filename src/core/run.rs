@@ -25,11 +25,13 @@ use crate::base::error::OpError;
 use crate::core::{Core, UnqueuedTicket, CURRENT_OP, PUSHED_AT_SHUTDOWN, UNQUEUED};
 use crate::graph::operator::OperatorBody;
 use crate::graph::opr::{Body, Dep, Meta, OprBlock, OprKind};
-use crate::mem::completion::Completion;
+use crate::mem::completion::{Completion, CompletionSink};
 use crate::mem::inline_fn::{InlineFn, Outcome};
 use crate::mem::sweep::SweepBatch;
 use crate::sync::Ordering;
+use std::mem::offset_of;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::NonNull;
 use std::sync::Arc;
 
 /// The body is not running.
@@ -100,7 +102,7 @@ impl Core {
         }
         block.refs.store(2, Ordering::Relaxed);
         block.run_state.store(BODY_RUNNING, Ordering::Relaxed);
-        let outcome = catch_unwind(AssertUnwindSafe(|| self.invoke(block, &ctx, Some(Completion::new(self, op)))));
+        let outcome = catch_unwind(AssertUnwindSafe(|| self.invoke(block, &ctx, Some(self.completion(op)))));
         CURRENT_OP.with(|c| c.set(outer));
         if profiled {
             self.profiler.stamp_body_end(block);
@@ -228,6 +230,21 @@ impl Core {
                 Ok(())
             }
         }
+    }
+
+    /// A completion of operation `op`, which owns a strong reference to
+    /// this core.
+    pub(crate) fn completion(&self, op: u32) -> Completion {
+        // SAFETY: every `Core` lives in the `Arc` that `Engine::start`
+        // makes, and the caller runs one of its operations, so it is
+        // alive; the completion owns the count added here (`sink_release`).
+        unsafe { Arc::increment_strong_count(self as *const Core) };
+        // A pointer with the whole core's provenance: the sink's functions
+        // find the core from it.
+        let sink = NonNull::from(self).cast::<u8>();
+        // SAFETY: the field's offset lies inside the core; the completion
+        // owns the reference taken above.
+        unsafe { Completion::new(sink.add(offset_of!(Core, completion_sink)).cast(), op) }
     }
 
     /// A `Completion` was signalled (`failure` is `None`) or failed.
@@ -415,4 +432,36 @@ pub(crate) fn failure_of(name: &'static str, outcome: std::thread::Result<Outcom
         // A payload's own `Drop` may panic too (`unwind.rs`).
         Err(payload) => Some(OpError::new(name, crate::base::unwind::message_of(payload))),
     }
+}
+
+/// The core that holds `sink` (`Core::completion_sink`).
+///
+/// # Safety
+///
+/// `sink` was made by [`Core::completion`] and its completion still owns
+/// its reference to the core.
+unsafe fn core_of<'a>(sink: NonNull<CompletionSink>) -> &'a Core {
+    // SAFETY: `completion` derived `sink` from a pointer to the whole core
+    // at the field's offset, and the reference keeps the core alive.
+    unsafe { sink.cast::<u8>().sub(offset_of!(Core, completion_sink)).cast::<Core>().as_ref() }
+}
+
+/// The core's [`CompletionSink`], which its completions call back.
+pub(crate) const COMPLETION_SINK: CompletionSink = CompletionSink {
+    // SAFETY (each): the sink's completion still owns its reference
+    // (`CompletionSink`'s contract), so `core_of` holds.
+    complete: |sink, op, failure| unsafe { core_of(sink) }.complete_async(op, failure),
+    dropped: |sink, op| unsafe { core_of(sink) }.completion_dropped(op),
+    release: sink_release,
+};
+
+/// Gives back the strong reference a completion owned.
+///
+/// # Safety
+///
+/// As for [`core_of`]; the caller does not use the sink after this.
+unsafe fn sink_release(sink: NonNull<CompletionSink>) {
+    // SAFETY: the core lives in an `Arc` (`completion`), whose count the
+    // completion owned and gives back once.
+    unsafe { Arc::decrement_strong_count(core_of(sink) as *const Core) };
 }

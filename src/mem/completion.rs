@@ -1,6 +1,5 @@
 //! [`Completion`]: how an asynchronous operation says it has finished.
 
-use crate::core::Core;
 use std::fmt::Display;
 use std::ptr::NonNull;
 
@@ -22,53 +21,79 @@ use std::ptr::NonNull;
 /// ```
 #[must_use = "an unsignalled Completion fails its operation when dropped"]
 pub struct Completion {
-    /// A strong reference to the core's `Arc`, owned by this handle (a
+    /// The sink of the engine whose operation this is, which this handle
+    /// keeps alive: it owns a strong reference to the engine's `Arc` (a
     /// raw pointer so that it is never null, and said so:
     /// `Option<Completion>` is then two words, passed in registers; a sync
     /// body's `None` crossed memory on every run, where a narrow store and
-    /// a wide load stalled store forwarding). Owning it keeps the core
+    /// a wide load stalled store forwarding). Owning it keeps the engine
     /// alive while the completion's thread runs engine code, even when a
     /// body that this completion makes ready drops the last `Engine`.
-    core: NonNull<Core>,
+    sink: NonNull<CompletionSink>,
     op: u32,
 }
 
-// SAFETY: the core is `Sync` and this handle owns a strong reference to
-// it, so the pointer may be used (and the reference dropped) on any thread.
+// SAFETY: the sink is part of the engine's core, which is `Sync`, and this
+// handle owns a strong reference to it, so the pointer may be used (and the
+// reference given back) on any thread.
 unsafe impl Send for Completion {}
 
+/// What a [`Completion`] calls when it is signalled, failed or dropped:
+/// the engine's core holds one (the core is above this layer; its functions
+/// find the core from the sink's address).
+pub(crate) struct CompletionSink {
+    /// Completes operation `op`: `None` on success, else the failure.
+    pub(crate) complete: unsafe fn(NonNull<CompletionSink>, u32, Option<String>),
+    /// Operation `op`'s completion was dropped unsignalled.
+    pub(crate) dropped: unsafe fn(NonNull<CompletionSink>, u32),
+    /// Gives back the strong reference a completion owned.
+    pub(crate) release: unsafe fn(NonNull<CompletionSink>),
+}
+
+// Each function's safety condition: the pointer is the sink a live
+// completion was made with ([`Completion::new`]), which still owns its
+// strong reference; for `release`, it gives that reference back and does
+// not use the sink after.
+
 impl Completion {
-    /// A completion of `core`'s operation `op`.
+    /// A completion of operation `op`, reporting to `sink`.
     ///
-    /// Every `Core` lives in the `Arc` that `Engine::start` makes, and the
-    /// caller is running one of its operations, so it is alive.
-    pub(crate) fn new(core: &Core, op: u32) -> Self {
-        // SAFETY: `core` points into a live `Arc<Core>` allocation (see
-        // above); this handle owns the count it adds and gives it back in
-        // `release_core`.
-        unsafe { std::sync::Arc::increment_strong_count(core as *const Core) };
-        Completion { core: NonNull::from(core), op }
+    /// # Safety
+    ///
+    /// `sink` points to the sink of a live engine core (with the
+    /// provenance of the whole core: its functions find the core from
+    /// it), and the caller has taken a strong reference to that core,
+    /// which this handle then owns and gives back through `release` once,
+    /// after its last use of the sink.
+    pub(crate) unsafe fn new(sink: NonNull<CompletionSink>, op: u32) -> Self {
+        Completion { sink, op }
     }
 
-    fn core(&self) -> &Core {
-        // SAFETY: this handle owns a strong reference (see `new`).
-        unsafe { self.core.as_ref() }
+    fn sink(&self) -> &CompletionSink {
+        // SAFETY: this handle owns a strong reference to the sink's engine
+        // (see `new`).
+        unsafe { self.sink.as_ref() }
     }
 
     /// Gives back the strong reference of a handle that will not be
     /// dropped (`signal`, `fail`): after the completion, which may have
     /// run bodies that dropped every other reference.
-    fn release_core(core: NonNull<Core>) {
-        // SAFETY: the reference `new` added, given back once: the handle
-        // is forgotten (`ManuallyDrop`) or being dropped.
-        unsafe { std::sync::Arc::decrement_strong_count(core.as_ptr() as *const Core) };
+    fn release(sink: NonNull<CompletionSink>) {
+        // SAFETY: the reference `new` was given, given back once: the
+        // handle is forgotten (`ManuallyDrop`) or being dropped, and does
+        // not use the sink after this.
+        unsafe {
+            let release = sink.as_ref().release;
+            release(sink)
+        };
     }
 
     /// The operation succeeded.
     pub fn signal(self) {
         let me = std::mem::ManuallyDrop::new(self);
-        me.core().complete_async(me.op, None);
-        Self::release_core(me.core);
+        // SAFETY: this handle still owns its reference (`new`).
+        unsafe { (me.sink().complete)(me.sink, me.op, None) };
+        Self::release(me.sink);
     }
 
     /// The operation failed with `message`: its written variables hold the
@@ -77,15 +102,17 @@ impl Completion {
         let me = std::mem::ManuallyDrop::new(self);
         let text = crate::base::unwind::display_or(&message, "failed (and its message's Display panicked)");
         crate::base::unwind::drop_quietly(message);
-        me.core().complete_async(me.op, Some(text));
-        Self::release_core(me.core);
+        // SAFETY: this handle still owns its reference (`new`).
+        unsafe { (me.sink().complete)(me.sink, me.op, Some(text)) };
+        Self::release(me.sink);
     }
 }
 
 impl Drop for Completion {
     fn drop(&mut self) {
-        self.core().completion_dropped(self.op);
-        Self::release_core(self.core);
+        // SAFETY: this handle still owns its reference (`new`).
+        unsafe { (self.sink().dropped)(self.sink, self.op) };
+        Self::release(self.sink);
     }
 }
 

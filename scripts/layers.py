@@ -71,7 +71,7 @@ def resolve(path, here, modules):
     if segs[0] == "crate":
         base, segs = (), segs[1:]
     elif segs[0] in ("super", "self"):
-        base = here if modules[here]["is_mod"] else here[:-1]
+        base = here
         while segs and segs[0] in ("super", "self"):
             if segs[0] == "super":
                 base = base[:-1]
@@ -87,6 +87,24 @@ def resolve(path, here, modules):
     return best
 
 
+def inline_modules_as_self(text):
+    """`super::` inside an inline module (`mod tests { use super::*; }`)
+    names the file's own module: rewrite it so."""
+    out, i = [], 0
+    for m in re.finditer(r"\bmod\s+\w+\s*\{", text):
+        if m.start() < i:
+            continue
+        j, depth = m.end(), 1
+        while depth and j < len(text):
+            depth += (text[j] == "{") - (text[j] == "}")
+            j += 1
+        out.append(text[i : m.end()])
+        out.append(re.sub(r"\bsuper::", "self::", text[m.end() : j]))
+        i = j
+    out.append(text[i:])
+    return "".join(out)
+
+
 def load():
     modules = {}
     for root, _, files in os.walk(SRC):
@@ -96,7 +114,7 @@ def load():
                 modules[module_of(p)] = {
                     "path": os.path.relpath(p, os.path.join(SRC, "..")),
                     "is_mod": f in ("mod.rs", "lib.rs"),
-                    "text": strip(open(p).read()),
+                    "text": inline_modules_as_self(strip(open(p).read())),
                 }
     edges = {m: set() for m in modules}
     for m, info in modules.items():
@@ -107,7 +125,7 @@ def load():
         paths += re.findall(r"\b((?:crate|super)(?:::\w+)+)", text)
         for p in paths:
             t = resolve(p, m, modules)
-            if t is not None and t != m and t != () and not is_ancestor(t, m):
+            if t is not None and t != m and t != ():
                 edges[m].add(t)
     return modules, edges
 

@@ -75,7 +75,7 @@ impl Engine {
 
     pub(crate) fn start(b: EngineBuilder) -> Result<Engine, EngineError> {
         let mut placement = None;
-        let executor: Box<dyn Executor> = match (b.shuffle_seed, b.kind) {
+        let executor: Box<dyn Executor<Core>> = match (b.shuffle_seed, b.kind) {
             (Some(seed), _) => Box::new(ShuffleExecutor::new(seed, b.shuffle_workers)),
             (None, EngineKind::Naive) => Box::new(NaiveExecutor),
             (None, EngineKind::Pooled) => {
@@ -97,7 +97,7 @@ impl Engine {
                 copy: b.gpu_copy_workers,
             };
             let rings = Arc::new(crate::exec::gpu::GpuRings::new(sizes, b.spin, executor.traits().worker_threads));
-            let executor: Box<dyn Executor> = if rings.devices() > 0 {
+            let executor: Box<dyn Executor<Core>> = if rings.devices() > 0 {
                 Box::new(crate::exec::gpu::GpuExecutor::new(executor, rings.clone()))
             } else {
                 executor
@@ -481,7 +481,7 @@ impl Engine {
         }
         let waited = self.core.wait_var(var, slot, write);
         #[cfg(feature = "cuda")]
-        self.core.gpu.wait_var(&self.core, var.slot, write)?;
+        self.core.gpu.wait_var(&*self.core, var.slot, write)?;
         waited
     }
 
@@ -494,7 +494,7 @@ impl Engine {
         self.flush_bulk()?;
         self.core.wait_all();
         #[cfg(feature = "cuda")]
-        self.core.gpu.synchronize(&self.core)?;
+        self.core.gpu.synchronize(&*self.core)?;
         self.core.first_error.take().map_or(Ok(()), |e| Err(EngineError::OpFailed(e)))
     }
 
@@ -660,7 +660,7 @@ impl Engine {
             // Buffers an application frees after the engine must be idle
             // on the device too.
             #[cfg(feature = "cuda")]
-            let _ = self.core.gpu.synchronize(&self.core);
+            let _ = self.core.gpu.synchronize(&*self.core);
             self.core.executor.stop();
         }
         Ok(())

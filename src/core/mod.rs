@@ -20,7 +20,7 @@ use crate::base::error::{EngineError, OpError};
 use crate::base::tuning::{SWEEP_ROUND, UNQUEUED_DOWN_TO_DIVISOR};
 use crate::config::EngineBuilder;
 use crate::core::bulk::BulkBuf;
-use crate::exec::{Executor, ExecutorTraits};
+use crate::exec::{Executor, ExecutorTraits, Runner};
 use crate::graph::dispatch::Dispatcher;
 use crate::graph::opr::{Body, Dep, OprBlock, OprKind, LOOK_AT_EACH_VAR, READ, WRITE};
 use crate::graph::var::{Var, VarSlot, DELETE_DISPATCHED, DELETE_REQUESTED};
@@ -106,7 +106,7 @@ pub(crate) struct Core {
     /// read-mostly flags that every run checks it cost a line transfer
     /// per operation.
     spare_blocks: CachePadded<SpareBlocks>,
-    pub(crate) executor: Box<dyn Executor>,
+    pub(crate) executor: Box<dyn Executor<Core>>,
     /// What this core's completions call back (`run.rs`).
     pub(crate) completion_sink: CompletionSink,
     /// What the executor is, asked once (read on every direct run and
@@ -172,7 +172,7 @@ pub(crate) struct Core {
 
 impl Core {
     pub(crate) fn new(
-        executor: Box<dyn Executor>,
+        executor: Box<dyn Executor<Core>>,
         b: &EngineBuilder,
         #[cfg(feature = "cuda")] gpu: Arc<crate::exec::gpu::GpuRings>,
     ) -> Self {
@@ -971,6 +971,52 @@ impl Core {
             }
         });
         answer
+    }
+}
+
+impl Runner for Core {
+    #[inline(always)]
+    fn run(&self, op: u32, worker: Option<usize>) {
+        Core::run(self, op, worker);
+    }
+
+    fn enter_worker(&self) {
+        Core::enter_worker(self);
+    }
+
+    #[inline]
+    fn flush_worker_batch(&self) {
+        Core::flush_worker_batch(self);
+    }
+
+    fn leave_worker(&self) {
+        Core::leave_worker(self);
+    }
+
+    #[inline]
+    fn in_own_body(&self) -> bool {
+        Core::in_own_body(self)
+    }
+
+    #[inline(always)]
+    fn oprs(&self) -> &Pool<OprBlock> {
+        &self.oprs
+    }
+
+    fn profiler(&self) -> &Profiler {
+        &self.profiler
+    }
+
+    #[cfg(feature = "cuda")]
+    #[inline]
+    fn vars(&self) -> &Pool<VarSlot> {
+        &self.vars
+    }
+
+    #[cfg(feature = "cuda")]
+    #[inline]
+    fn gpu_used(&self) -> &AtomicBool {
+        &self.gpu_used
     }
 }
 

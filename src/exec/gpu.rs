@@ -15,9 +15,8 @@
 
 use crate::base::context::{Context, FnProperty};
 use crate::base::error::EngineError;
-use crate::core::Core;
 use crate::exec::pooled::WorkerPool;
-use crate::exec::{Executor, ExecutorTraits, WorkerThreads};
+use crate::exec::{Executor, ExecutorTraits, Runner, WorkerThreads};
 use crate::graph::gpu::fence::{Waiter, MAX_LANES};
 use crate::graph::gpu::lane::Lane;
 use crate::graph::opr::{Meta, OprBlock};
@@ -180,13 +179,13 @@ impl GpuRings {
         &self.devices[device as usize].pools[ring]
     }
 
-    fn start(self: &Arc<Self>, core: &Arc<Core>) -> std::io::Result<()> {
+    fn start<R: Runner>(self: &Arc<Self>, core: &Arc<R>) -> std::io::Result<()> {
         for (lane, l) in self.lanes.iter().enumerate() {
             let (core, pool) = (core.clone(), self.devices[l.device as usize].pools[l.ring].clone());
             let id = self.first_worker_id + lane;
             self.threads.spawn(format!("depengine-gpu{}-{}-{}", l.device, RINGS[l.ring], l.index), move || {
                 LANE.with(|cell| cell.set(lane));
-                pool.work(&core, id);
+                pool.work(&*core, id);
             })?;
         }
         Ok(())
@@ -206,9 +205,9 @@ impl GpuRings {
     /// stream wait for the GPU work it depends on, and gets the stream;
     /// anything else, on the host, blocks until that work is done.
     #[cold]
-    pub(crate) fn before_body(
+    pub(crate) fn before_body<R: Runner>(
         &self,
-        core: &Core,
+        core: &R,
         block: &OprBlock,
         meta: &Meta,
     ) -> Result<Option<Arc<CudaStream>>, DriverError> {
@@ -220,7 +219,7 @@ impl GpuRings {
         let who = on_lane.map_or(Waiter::Host, |l| Waiter::Lane { id: lane, stream: &l.stream });
         // SAFETY: the runner owns the block and holds every access it lists.
         for d in unsafe { block.dep_slice() } {
-            core.vars.get(d.slot()).gpu_fence().wait(&self.lanes, &who, d.writes())?;
+            core.vars().get(d.slot()).gpu_fence().wait(&self.lanes, &who, d.writes())?;
         }
         Ok(on_lane.map(|l| {
             block.gpu_lane.store(lane as u32 + 1, Ordering::Relaxed);
@@ -231,7 +230,7 @@ impl GpuRings {
     /// When a GPU operation that ran on a lane completes (before anything
     /// is granted): records its seq and notes it on its variables.
     #[cold]
-    pub(crate) fn on_complete(&self, core: &Core, block: &OprBlock) -> Result<(), DriverError> {
+    pub(crate) fn on_complete<R: Runner>(&self, core: &R, block: &OprBlock) -> Result<(), DriverError> {
         let lane = block.gpu_lane.swap(0, Ordering::Relaxed);
         if lane == 0 {
             return Ok(());
@@ -240,23 +239,23 @@ impl GpuRings {
         let seq = self.lanes[lane].record()?;
         // SAFETY: the completer owns the block and still holds its accesses.
         for d in unsafe { block.dep_slice() } {
-            core.vars.get(d.slot()).gpu_fence().note(lane, seq, d.writes());
+            core.vars().get(d.slot()).gpu_fence().note(lane, seq, d.writes());
         }
         Ok(())
     }
 
     /// After `wait_var` / `wait_to_write`: blocks until the GPU work on the
     /// variable in slot `slot` is done.
-    pub(crate) fn wait_var(&self, core: &Core, slot: u32, write: bool) -> Result<(), EngineError> {
-        if !core.gpu_used.load(Ordering::Acquire) {
+    pub(crate) fn wait_var<R: Runner>(&self, core: &R, slot: u32, write: bool) -> Result<(), EngineError> {
+        if !core.gpu_used().load(Ordering::Acquire) {
             return Ok(());
         }
-        core.vars.get(slot).gpu_fence().wait(&self.lanes, &Waiter::Host, write).map_err(gpu_error)
+        core.vars().get(slot).gpu_fence().wait(&self.lanes, &Waiter::Host, write).map_err(gpu_error)
     }
 
     /// After `wait_all` and at shutdown: blocks until every stream is idle.
-    pub(crate) fn synchronize(&self, core: &Core) -> Result<(), EngineError> {
-        if !core.gpu_used.load(Ordering::Acquire) {
+    pub(crate) fn synchronize<R: Runner>(&self, core: &R) -> Result<(), EngineError> {
+        if !core.gpu_used().load(Ordering::Acquire) {
             return Ok(());
         }
         self.lanes.iter().try_for_each(|l| l.synchronize()).map_err(gpu_error)
@@ -284,32 +283,32 @@ fn gpu_error(e: DriverError) -> EngineError {
 }
 
 /// The CPU executor plus the GPU rings (see the module docs).
-pub(crate) struct GpuExecutor {
-    cpu: Box<dyn Executor>,
+pub(crate) struct GpuExecutor<R> {
+    cpu: Box<dyn Executor<R>>,
     /// The CPU executor's worker threads: the lanes' ids follow them.
     cpu_threads: usize,
     rings: Arc<GpuRings>,
 }
 
-impl GpuExecutor {
+impl<R: Runner> GpuExecutor<R> {
     /// Routes GPU operations of `rings`' devices to them, the rest to `cpu`.
-    pub(crate) fn new(cpu: Box<dyn Executor>, rings: Arc<GpuRings>) -> Self {
+    pub(crate) fn new(cpu: Box<dyn Executor<R>>, rings: Arc<GpuRings>) -> Self {
         GpuExecutor { cpu_threads: cpu.traits().worker_threads, cpu, rings }
     }
 }
 
-impl Executor for GpuExecutor {
-    fn start(&self, core: &Arc<Core>) -> std::io::Result<()> {
+impl<R: Runner> Executor<R> for GpuExecutor<R> {
+    fn start(&self, core: &Arc<R>) -> std::io::Result<()> {
         self.cpu.start(core)?;
         self.rings.start(core)
     }
 
-    fn schedule(&self, core: &Core, op: u32, prop: FnProperty) {
+    fn schedule(&self, core: &R, op: u32, prop: FnProperty) {
         // SAFETY: a ready block's `meta` is read-only for its scheduler.
-        match unsafe { core.oprs.get(op).meta().opts.ctx } {
+        match unsafe { core.oprs().get(op).meta().opts.ctx } {
             Context::Gpu(d) => {
-                if !core.gpu_used.load(Ordering::Relaxed) {
-                    core.gpu_used.store(true, Ordering::Relaxed);
+                if !core.gpu_used().load(Ordering::Relaxed) {
+                    core.gpu_used().store(true, Ordering::Relaxed);
                 }
                 self.rings.pool(d, prop).schedule_here(core, op);
             }
@@ -317,7 +316,7 @@ impl Executor for GpuExecutor {
         }
     }
 
-    fn help(&self, core: &Core) -> bool {
+    fn help(&self, core: &R) -> bool {
         self.cpu.help(core)
     }
 
@@ -354,10 +353,41 @@ impl Executor for GpuExecutor {
 mod tests {
     use super::*;
     use crate::exec::WorkerState;
+    use crate::graph::var::VarSlot;
+    use crate::mem::pool::Pool;
+    use crate::observe::profiler::Profiler;
+    use crate::sync::AtomicBool;
     use std::sync::atomic::AtomicUsize;
 
     /// A CPU executor whose every trait differs from `run_by_waiters`.
     struct Contrary;
+
+    /// A runner the test never runs anything on.
+    struct NoRunner;
+
+    impl Runner for NoRunner {
+        fn run(&self, _op: u32, _worker: Option<usize>) {
+            unreachable!("nothing runs in this test")
+        }
+        fn enter_worker(&self) {}
+        fn flush_worker_batch(&self) {}
+        fn leave_worker(&self) {}
+        fn in_own_body(&self) -> bool {
+            false
+        }
+        fn oprs(&self) -> &Pool<OprBlock> {
+            unreachable!("nothing is scheduled in this test")
+        }
+        fn profiler(&self) -> &Profiler {
+            unreachable!("no worker starts in this test")
+        }
+        fn vars(&self) -> &Pool<VarSlot> {
+            unreachable!("no variable is used in this test")
+        }
+        fn gpu_used(&self) -> &AtomicBool {
+            unreachable!("nothing is scheduled in this test")
+        }
+    }
 
     static NOTED: AtomicUsize = AtomicUsize::new(0);
 
@@ -372,14 +402,14 @@ mod tests {
         }
     }
 
-    impl Executor for Contrary {
-        fn start(&self, _core: &Arc<Core>) -> std::io::Result<()> {
+    impl<R: Runner> Executor<R> for Contrary {
+        fn start(&self, _core: &Arc<R>) -> std::io::Result<()> {
             Ok(())
         }
-        fn schedule(&self, _core: &Core, _op: u32, _prop: FnProperty) {
+        fn schedule(&self, _core: &R, _op: u32, _prop: FnProperty) {
             unreachable!("not scheduled in this test")
         }
-        fn help(&self, _core: &Core) -> bool {
+        fn help(&self, _core: &R) -> bool {
             false
         }
         fn stop(&self) {}
@@ -409,8 +439,8 @@ mod tests {
     fn the_gpu_executor_has_the_cpu_executors_traits() {
         let rings = Arc::new(GpuRings::new(RingSizes { compute: 1, priority: 1, copy: 1 }, Duration::ZERO, 4));
         let lanes = rings.lane_workers();
-        let gpu = GpuExecutor::new(Box::new(Contrary), rings).traits();
-        let cpu = Contrary.traits();
+        let gpu = GpuExecutor::<NoRunner>::new(Box::new(Contrary), rings).traits();
+        let cpu = <Contrary as Executor<NoRunner>>::traits(&Contrary);
         assert_eq!(gpu.waiters_can_sleep, cpu.waiters_can_sleep, "waiters_can_sleep");
         assert_eq!(gpu.cpu_workers, cpu.cpu_workers, "cpu_workers");
         assert_eq!(gpu.worker_threads, cpu.worker_threads + lanes, "worker_threads");

@@ -6,14 +6,29 @@
 //! queued in a thread-local list and run by the outermost frame, in order.
 //! The list keeps its capacity, so steady state allocates nothing.
 
-use crate::core::Core;
+use super::Runner;
 use std::cell::RefCell;
 use std::collections::VecDeque;
 
 #[derive(Default)]
 struct Trampoline {
     active: bool,
-    queue: VecDeque<(*const Core, u32)>,
+    /// Each queued operation with its runner, type-erased.
+    queue: VecDeque<(*const (), u32, RunErased)>,
+}
+
+/// [`run_erased`] for one runner type.
+type RunErased = unsafe fn(*const (), u32);
+
+/// Runs `op` on the runner `core` points to.
+///
+/// # Safety
+///
+/// `core` points to a live `R` (an engine's core outlives its pending
+/// operations: shutdown waits for them, and `op` is pending).
+unsafe fn run_erased<R: Runner>(core: *const (), op: u32) {
+    // SAFETY: the caller's contract.
+    unsafe { &*core.cast::<R>() }.run(op, None);
 }
 
 crate::sync::thread_local! {
@@ -22,11 +37,11 @@ crate::sync::thread_local! {
 
 /// Runs `op` on this thread now, or after the operation this thread is
 /// already running inline returns.
-pub(crate) fn run_inline(core: &Core, op: u32) {
+pub(crate) fn run_inline<R: Runner>(core: &R, op: u32) {
     let nested = TRAMPOLINE.with(|t| {
         let mut t = t.borrow_mut();
         if t.active {
-            t.queue.push_back((core as *const Core, op));
+            t.queue.push_back((std::ptr::from_ref(core).cast(), op, run_erased::<R>));
         }
         std::mem::replace(&mut t.active, true)
     });
@@ -43,10 +58,11 @@ pub(crate) fn run_inline(core: &Core, op: u32) {
 pub(crate) fn run_queued_one() -> bool {
     let next = TRAMPOLINE.with(|t| t.borrow_mut().queue.pop_front());
     match next {
-        Some((core, op)) => {
-            // SAFETY: an engine's core outlives its pending operations
-            // (shutdown waits for them), and this one is pending.
-            unsafe { &*core }.run(op, None);
+        Some((core, op, run)) => {
+            // SAFETY: `run` is `run_erased` for `core`'s type, and an
+            // engine's core outlives its pending operations (shutdown waits
+            // for them), and this one is pending.
+            unsafe { run(core, op) };
             true
         }
         None => false,

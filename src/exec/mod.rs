@@ -27,7 +27,9 @@ pub(crate) mod ready_ring;
 pub(crate) mod shuffle;
 
 use crate::base::context::FnProperty;
-use crate::core::Core;
+use crate::graph::opr::OprBlock;
+use crate::mem::pool::Pool;
+use crate::observe::profiler::Profiler;
 use crate::observe::stats::EngineStats;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -79,7 +81,7 @@ pub(crate) struct ExecutorTraits {
     /// Worker threads serving CPU operations.
     pub(crate) cpu_workers: usize,
     /// All the executor's worker threads; they run operations as
-    /// `Core::run(op, Some(id))` with `id` below this.
+    /// `Runner::run(op, Some(id))` with `id` below this.
     pub(crate) worker_threads: usize,
     /// Whether a waiting thread may sleep when `help` finds nothing. An
     /// executor whose ready work only waiting threads run must say no:
@@ -153,22 +155,60 @@ impl ExecutorTraits {
     }
 }
 
+/// What an executor needs of the engine it runs operations for: the core,
+/// which is above this layer, implements it (`core/mod.rs`). Executors are
+/// generic over it, so each call is a direct, inlinable one.
+pub(crate) trait Runner: Send + Sync + 'static {
+    /// Runs ready operation `op` on the calling thread, which is worker
+    /// `worker` of the executor (or none); exactly once per scheduling.
+    fn run(&self, op: u32, worker: Option<usize>);
+
+    /// The calling thread starts serving as a worker: it batches what it
+    /// gives back ([`flush_worker_batch`](Self::flush_worker_batch) and
+    /// [`leave_worker`](Self::leave_worker) publish it).
+    fn enter_worker(&self);
+
+    /// Publishes the calling worker's batch (before it idles).
+    fn flush_worker_batch(&self);
+
+    /// Publishes the batch and stops batching on the calling thread.
+    fn leave_worker(&self);
+
+    /// Whether the calling thread is running a body of this engine.
+    fn in_own_body(&self) -> bool;
+
+    /// The operation blocks (a ready block's options are read-only to
+    /// whoever schedules it).
+    fn oprs(&self) -> &Pool<OprBlock>;
+
+    /// The profiler, whose lanes workers bind to.
+    fn profiler(&self) -> &Profiler;
+
+    /// The variables' slots (their GPU fences).
+    #[cfg(feature = "cuda")]
+    fn vars(&self) -> &Pool<crate::graph::var::VarSlot>;
+
+    /// Set when the first GPU operation is scheduled.
+    #[cfg(feature = "cuda")]
+    fn gpu_used(&self) -> &crate::sync::AtomicBool;
+}
+
 /// Where ready operations run. Every method is required: what the rest of
 /// the engine must know of an executor is data ([`ExecutorTraits`]), not
 /// questions with default answers.
-pub(crate) trait Executor: Send + Sync {
+pub(crate) trait Executor<R: Runner>: Send + Sync {
     /// Starts the executor's threads (each holds the core). On an error
     /// (a thread the OS would not start) the threads started so far keep
     /// running: the caller stops the executor with [`stop`](Self::stop).
-    fn start(&self, core: &Arc<Core>) -> std::io::Result<()>;
+    fn start(&self, core: &Arc<R>) -> std::io::Result<()>;
 
     /// `op` is ready; the executor must eventually call `core.run(op, …)`
     /// exactly once.
-    fn schedule(&self, core: &Core, op: u32, prop: FnProperty);
+    fn schedule(&self, core: &R, op: u32, prop: FnProperty);
 
     /// Runs one ready operation on the calling (waiting) thread if the
     /// executor has one it may run here; returns whether it ran one.
-    fn help(&self, core: &Core) -> bool;
+    fn help(&self, core: &R) -> bool;
 
     /// Stops and joins the executor's threads. Called once, with no work left.
     fn stop(&self);

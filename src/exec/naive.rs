@@ -5,24 +5,23 @@
 //! checked against.
 
 use super::inline::{run_inline, run_queued_one};
-use super::{Executor, ExecutorTraits};
+use super::{Executor, ExecutorTraits, Runner};
 use crate::base::context::FnProperty;
-use crate::core::Core;
 use crate::observe::stats::EngineStats;
 use std::sync::Arc;
 
 pub(crate) struct NaiveExecutor;
 
-impl Executor for NaiveExecutor {
-    fn start(&self, _core: &Arc<Core>) -> std::io::Result<()> {
+impl<R: Runner> Executor<R> for NaiveExecutor {
+    fn start(&self, _core: &Arc<R>) -> std::io::Result<()> {
         Ok(())
     }
 
-    fn schedule(&self, core: &Core, op: u32, _prop: FnProperty) {
+    fn schedule(&self, core: &R, op: u32, _prop: FnProperty) {
         run_inline(core, op);
     }
 
-    fn help(&self, _core: &Core) -> bool {
+    fn help(&self, _core: &R) -> bool {
         run_queued_one()
     }
 

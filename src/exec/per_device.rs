@@ -90,11 +90,10 @@ use super::park::{push_and_wake, Sleep, Spun};
 use super::priority::PriorityPool;
 use super::ready_ring::ReadyRing;
 use super::AbortOnUnwind;
-use super::{Executor, ExecutorTraits, WorkerState, WorkerThreads};
+use super::{Executor, ExecutorTraits, Runner, WorkerState, WorkerThreads};
 use crate::base::context::{Context, FnProperty};
 use crate::base::topology::{current_cpu, Topology};
 use crate::base::tuning::{LOCAL_CAPACITY, PUSHER_MOVED_HOLDS, READY_CAPACITY};
-use crate::core::Core;
 use crate::mem::pool::NIL;
 use crate::observe::stats::{EngineStats, ExecutorCounters, READY_SAMPLE};
 use crate::sync::{fence, AtomicBool, Ordering};
@@ -574,7 +573,7 @@ impl Shared {
         true
     }
 
-    fn work(&self, core: &Core, id: usize, deque: Worker<u32>) {
+    fn work<R: Runner>(&self, core: &R, id: usize, deque: Worker<u32>) {
         let _guard = AbortOnUnwind;
         if let Some(cpu) = self.pinned[id] {
             // A CPU that disappeared from the affinity mask only costs the pinning.
@@ -583,7 +582,7 @@ impl Shared {
         let local = Local::new(self, id, deque);
         LOCAL.with(|l| l.set(&local));
         core.enter_worker();
-        core.profiler.bind_worker(id);
+        core.profiler().bind_worker(id);
         let node = self.node_of[id];
         let mut ran = 0u64;
         loop {
@@ -605,9 +604,9 @@ impl Shared {
     }
 
     /// A dedicated priority worker: prioritized operations only.
-    fn serve_priority(&self, core: &Core, id: usize) {
+    fn serve_priority<R: Runner>(&self, core: &R, id: usize) {
         core.enter_worker();
-        core.profiler.bind_worker(id);
+        core.profiler().bind_worker(id);
         loop {
             if let Some(op) = self.priority.pop() {
                 core.run(op, Some(id));
@@ -624,26 +623,26 @@ impl Shared {
     }
 }
 
-impl Executor for PerDeviceExecutor {
-    fn start(&self, core: &Arc<Core>) -> std::io::Result<()> {
+impl<R: Runner> Executor<R> for PerDeviceExecutor {
+    fn start(&self, core: &Arc<R>) -> std::io::Result<()> {
         // Start-up only: the mutex guards the deques, not the hot path.
         let deques = std::mem::take(&mut *self.deques.lock().unwrap_or_else(|p| p.into_inner()));
         let cpu = deques.len();
         for (id, deque) in deques.into_iter().enumerate() {
             let (core, shared) = (core.clone(), self.shared.clone());
-            self.threads.spawn(format!("depengine-cpu-{id}"), move || shared.work(&core, id, deque))?;
+            self.threads.spawn(format!("depengine-cpu-{id}"), move || shared.work(&*core, id, deque))?;
         }
         for i in 0..self.shared.priority_workers {
             let (core, shared) = (core.clone(), self.shared.clone());
-            self.threads.spawn(format!("depengine-prio-{i}"), move || shared.serve_priority(&core, cpu + i))?;
+            self.threads.spawn(format!("depengine-prio-{i}"), move || shared.serve_priority(&*core, cpu + i))?;
         }
         Ok(())
     }
 
-    fn schedule(&self, core: &Core, op: u32, prop: FnProperty) {
+    fn schedule(&self, core: &R, op: u32, prop: FnProperty) {
         let shared = &*self.shared;
         // SAFETY: a ready block belongs to whoever schedules it.
-        let opts = unsafe { core.oprs.get(op).meta() }.opts;
+        let opts = unsafe { core.oprs().get(op).meta() }.opts;
         if prop == FnProperty::CpuPrioritized {
             match shared.priority.push(op, opts.priority) {
                 Ok(()) => {
@@ -658,7 +657,7 @@ impl Executor for PerDeviceExecutor {
         }
         let node = match self.local() {
             Some(local) if local.deque.len() < LOCAL_CAPACITY => {
-                let in_body = crate::core::CURRENT_OP.with(|c| std::ptr::eq(c.get().0, core));
+                let in_body = core.in_own_body();
                 if in_body || local.next.get() != NIL {
                     // Surplus of a completion goes to the injector below
                     // while `spreads_surplus` says so.
@@ -697,7 +696,7 @@ impl Executor for PerDeviceExecutor {
         }
     }
 
-    fn help(&self, core: &Core) -> bool {
+    fn help(&self, core: &R) -> bool {
         if run_queued_one() {
             return true;
         }

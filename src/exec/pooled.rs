@@ -35,10 +35,9 @@ use super::inline::{run_inline, run_queued_one};
 use super::park::{push_and_wake, Sleep, Spun};
 use super::ready_ring::ReadyRing;
 use super::AbortOnUnwind;
-use super::{Executor, ExecutorTraits, WorkerState, WorkerThreads};
+use super::{Executor, ExecutorTraits, Runner, WorkerState, WorkerThreads};
 use crate::base::context::FnProperty;
 use crate::base::tuning::{MISSES_BEFORE_NAP, READY_CAPACITY};
-use crate::core::Core;
 use crate::mem::pool::NIL;
 use crate::observe::stats::{EngineStats, ExecutorCounters, READY_SAMPLE};
 use crate::sync::{AtomicBool, Ordering};
@@ -93,18 +92,15 @@ impl WorkerPool {
     /// `core`: the slot is this worker's alone, and the body may block its
     /// worker until that operation has run (on another worker, which the
     /// ring wakes).
-    fn keep_as_successor(&self, core: &Core, op: u32) -> bool {
-        if self.is_current()
-            && NEXT.with(|n| n.get()) == NIL
-            && !crate::core::CURRENT_OP.with(|c| std::ptr::eq(c.get().0, core))
-        {
+    fn keep_as_successor<R: Runner>(&self, core: &R, op: u32) -> bool {
+        if self.is_current() && NEXT.with(|n| n.get()) == NIL && !core.in_own_body() {
             NEXT.with(|n| n.set(op));
             return true;
         }
         false
     }
 
-    fn schedule(&self, core: &Core, op: u32) {
+    fn schedule<R: Runner>(&self, core: &R, op: u32) {
         if self.keep_as_successor(core, op) {
             return;
         }
@@ -117,7 +113,7 @@ impl WorkerPool {
     /// ring: its workers own the streams). When the ring is full, a worker
     /// of the pool runs `op` itself and any other thread waits for room.
     #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
-    pub(crate) fn schedule_here(&self, core: &Core, op: u32) {
+    pub(crate) fn schedule_here<R: Runner>(&self, core: &R, op: u32) {
         if self.keep_as_successor(core, op) {
             return;
         }
@@ -217,12 +213,12 @@ impl WorkerPool {
 
     /// The worker loop of worker `id` (the calling thread) until the pool
     /// stops.
-    pub(crate) fn work(&self, core: &Core, id: usize) {
+    pub(crate) fn work<R: Runner>(&self, core: &R, id: usize) {
         let _guard = AbortOnUnwind;
         POOL.with(|p| p.set(self));
         WORKER_ID.with(|w| w.set(Some(id)));
         core.enter_worker();
-        core.profiler.bind_worker(id);
+        core.profiler().bind_worker(id);
         let mut ran = 0u64;
         let mut missed = 0;
         loop {
@@ -301,24 +297,24 @@ impl WorkerState for PooledWorkers {
     fn note_throttled_pusher(&self) {}
 }
 
-impl Executor for PooledExecutor {
-    fn start(&self, core: &Arc<Core>) -> std::io::Result<()> {
+impl<R: Runner> Executor<R> for PooledExecutor {
+    fn start(&self, core: &Arc<R>) -> std::io::Result<()> {
         for (kind, pool) in [("cpu", &self.normal), ("copy", &self.copy)] {
             for i in 0..pool.workers {
                 let (core, pool) = (core.clone(), pool.clone());
                 let id = pool.first_worker_id + i;
-                self.threads.spawn(format!("depengine-{kind}-{i}"), move || pool.work(&core, id))?;
+                self.threads.spawn(format!("depengine-{kind}-{i}"), move || pool.work(&*core, id))?;
             }
         }
         Ok(())
     }
 
-    fn schedule(&self, core: &Core, op: u32, prop: FnProperty) {
+    fn schedule(&self, core: &R, op: u32, prop: FnProperty) {
         let pool = if prop.is_copy() { &self.copy } else { &self.normal };
         pool.schedule(core, op);
     }
 
-    fn help(&self, core: &Core) -> bool {
+    fn help(&self, core: &R) -> bool {
         if run_queued_one() {
             return true;
         }

@@ -36,9 +36,8 @@
 use super::inline::{run_inline, run_queued_one};
 use super::park::Sleep;
 use super::ready_ring::ReadyRing;
-use super::{Executor, ExecutorTraits, WorkerThreads};
+use super::{Executor, ExecutorTraits, Runner, WorkerThreads};
 use crate::base::context::FnProperty;
-use crate::core::Core;
 use crate::observe::stats::EngineStats;
 use crate::sync::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -90,8 +89,8 @@ impl Shuffle {
     }
 
     /// A worker: runs random picks until stopped, parking when none is ready.
-    fn work(&self, core: &Core, id: usize) {
-        core.profiler.bind_worker(id);
+    fn work<R: Runner>(&self, core: &R, id: usize) {
+        core.profiler().bind_worker(id);
         loop {
             if let Some(op) = self.pick() {
                 core.run(op, Some(id));
@@ -119,16 +118,16 @@ impl ShuffleExecutor {
     }
 }
 
-impl Executor for ShuffleExecutor {
-    fn start(&self, core: &Arc<Core>) -> std::io::Result<()> {
+impl<R: Runner> Executor<R> for ShuffleExecutor {
+    fn start(&self, core: &Arc<R>) -> std::io::Result<()> {
         for id in 0..self.workers {
             let (core, shared) = (core.clone(), self.shared.clone());
-            self.threads.spawn(format!("depengine-shuffle-{id}"), move || shared.work(&core, id))?;
+            self.threads.spawn(format!("depengine-shuffle-{id}"), move || shared.work(&*core, id))?;
         }
         Ok(())
     }
 
-    fn schedule(&self, core: &Core, op: u32, _prop: FnProperty) {
+    fn schedule(&self, core: &R, op: u32, _prop: FnProperty) {
         match self.shared.ready.push(op) {
             Ok(()) if self.workers > 0 => {
                 self.shared.sleep.notify_one(false);
@@ -138,7 +137,7 @@ impl Executor for ShuffleExecutor {
         }
     }
 
-    fn help(&self, core: &Core) -> bool {
+    fn help(&self, core: &R) -> bool {
         if run_queued_one() {
             return true;
         }

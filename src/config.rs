@@ -29,8 +29,10 @@
 //! working engine or is refused with [`EngineError::Config`].
 
 use crate::base::error::EngineError;
+use crate::core::Settings;
 use crate::engine::Engine;
-use crate::observe::diagnose::{HangHandler, HangReport};
+use crate::observe::diagnose::{print_report, HangHandler, HangReport};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Which engine to build.
@@ -603,6 +605,20 @@ impl EngineBuilder {
     /// The CPU worker count this builder resolves to.
     pub(crate) fn resolved_cpu_workers(&self) -> usize {
         self.cpu_workers.unwrap_or_else(crate::base::topology::available_cpus)
+    }
+
+    /// The settings the core acts on, resolved into plain values.
+    pub(crate) fn settings(&self) -> Settings {
+        Settings {
+            max_pending: self.max_pending,
+            run_on_pusher: self.run_on_pusher,
+            inline_pace: self.inline_pace,
+            profile_events: self.profile_events,
+            hang_report: self.hang_report.map(|after| {
+                let handler = self.on_hang.clone().map_or_else(|| Arc::new(print_report) as HangHandler, |h| h.0);
+                (after, handler)
+            }),
+        }
     }
 
     /// Starts the engine.

@@ -5,6 +5,7 @@ use crate::base::error::{EngineError, OpOutput};
 use crate::base::topology::Topology;
 use crate::config::{EngineBuilder, EngineKind};
 use crate::core::direct_run::DirectGrant;
+use crate::core::route::Route;
 use crate::core::Core;
 use crate::exec::naive::NaiveExecutor;
 use crate::exec::per_device::PerDeviceExecutor;
@@ -106,7 +107,7 @@ impl Engine {
         };
         let core = Arc::new(Core::new(
             executor,
-            &b,
+            b.settings(),
             #[cfg(feature = "cuda")]
             gpu,
         ));
@@ -263,65 +264,35 @@ impl Engine {
         F: FnOnce(&RunContext) -> R + Send + 'static,
         R: OpOutput,
     {
-        let mut body = body;
         // Before any route: a push run inside itself or bulked checks it too.
         if let Err(e) = self.core.check_ctx(opts.ctx) {
             self.core.drop_user_value(body);
             return Err(e);
         }
-        if reads.is_empty() && writes.is_empty() {
-            match self.run_unqueued(body, &opts) {
-                Ok(pushed) => return pushed,
-                Err(unrun) => body = unrun,
+        let mut grant = DirectGrant::default();
+        let route = match self.core.route(reads, writes, &opts, &mut grant) {
+            Ok(route) => route,
+            Err(e) => {
+                self.core.drop_user_value(body);
+                return Err(e);
             }
-        } else if !crate::core::bulk::wants(&opts) {
-            let mut grant = DirectGrant::default();
-            let granted = match self.core.direct_grant(&mut grant, reads, writes, &opts) {
-                Ok(granted) => granted,
-                Err(e) => {
-                    self.core.drop_user_value(body);
-                    return Err(e);
-                }
-            };
-            if granted {
+        };
+        let body = match route {
+            Route::Unqueued(at) => {
+                self.core.run_unqueued(at, &opts, |ctx| body(ctx).into_outcome());
+                return Ok(());
+            }
+            Route::Direct => {
                 self.core.run_direct(&grant, &opts, |ctx| body(ctx).into_outcome());
                 return Ok(());
             }
-        }
-        let mut body = InlineFn::new_sync(body);
-        if crate::core::bulk::wants(&opts) {
-            match crate::core::bulk::try_add(&self.core, body, reads, writes, &opts)? {
-                Some(unbulked) => body = unbulked,
+            Route::Bulk => match crate::core::bulk::add(&self.core, InlineFn::new_sync(body), reads, writes, &opts)? {
+                Some(unbulked) => unbulked,
                 None => return Ok(()),
-            }
-        }
-        self.core.push(Body::OneShot(body), false, reads, writes, &opts, OprKind::User)
-    }
-
-    /// A synchronous push with no variables at the pending cap runs its body
-    /// here, with no block and no queue (`Core::unqueued_ticket`); `Err`
-    /// hands the body back for a usual push. Out of line, so that other
-    /// pushes carry none of it.
-    #[inline(never)]
-    fn run_unqueued<F, R>(&self, body: F, opts: &PushOpts) -> Result<Result<(), EngineError>, F>
-    where
-        F: FnOnce(&RunContext) -> R + Send + 'static,
-        R: OpOutput,
-    {
-        if crate::core::bulk::wants(opts) {
-            return Err(body);
-        }
-        match self.core.unqueued_ticket(opts) {
-            Ok(Some(at)) => {
-                self.core.run_unqueued(at, opts, |ctx| body(ctx).into_outcome());
-                Ok(Ok(()))
-            }
-            Ok(None) => Err(body),
-            Err(e) => {
-                self.core.drop_user_value(body);
-                Ok(Err(e))
-            }
-        }
+            },
+            Route::Queue => InlineFn::new_sync(body),
+        };
+        self.core.queue(Body::OneShot(body), false, reads, writes, &opts, OprKind::User)
     }
 
     /// Sets this thread's bulk size for this engine (MXNet's

@@ -177,6 +177,13 @@ pub(crate) const PUSHER_MOVED_HOLDS: u32 = 2;
 /// pushers run the overflow inline: a memory bound, far above the cap.
 pub(crate) const READY_CAPACITY: usize = if cfg!(depengine_loom) { 4 } else { 1 << 14 };
 
+// ----- operation blocks (graph/opr.rs) -------------------------------------
+
+/// Variables stored inline per operation; more spill to a `Vec` that the
+/// pooled block keeps (so a block allocates at most once in its life).
+/// More inline variables make every block (and its lines) bigger.
+pub const INLINE_VARS: usize = 6;
+
 // ----- pools (pool.rs, sweep.rs) --------------------------------------------
 
 /// How many places down a given-back chain a value's prefetch hint points:

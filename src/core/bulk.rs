@@ -14,7 +14,7 @@
 //! (later members do not run) and every variable the bulk writes records the
 //! failure; a bulk whose union of reads holds a failure is skipped whole.
 //!
-//! The closures and variable lists live in a [`BulkBuf`] taken from the
+//! The closures and variable lists live in a [`BulkBuf`](crate::graph::bulk_buf::BulkBuf) taken from the
 //! engine's pool and given back when the fused operation ends, so bulking
 //! allocates nothing once the buffers have grown to the bulk size.
 //!
@@ -33,30 +33,8 @@ use crate::core::Core;
 use crate::graph::opr::{Body, OprKind};
 use crate::graph::var::Var;
 use crate::mem::inline_fn::{InlineFn, Outcome};
-use crate::mem::pool::Pooled;
-use crate::sync::{AtomicU32, UnsafeCell};
 use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Weak};
-
-/// The pooled storage of one bulk.
-#[derive(Default)]
-pub(crate) struct BulkBuf {
-    bodies: UnsafeCell<Vec<InlineFn>>,
-    reads: UnsafeCell<Vec<Var>>,
-    writes: UnsafeCell<Vec<Var>>,
-    free_link: AtomicU32,
-}
-
-impl Pooled for BulkBuf {
-    fn free_link(&self) -> &AtomicU32 {
-        &self.free_link
-    }
-}
-
-// SAFETY: a buffer has one owner at a time: the thread whose bulk is open,
-// then (handed over by the push, a release/acquire hand-off) the fused
-// operation's runner, until it gives the buffer back to the pool.
-unsafe impl Sync for BulkBuf {}
 
 struct OpenBulk {
     core: Arc<Core>,
@@ -207,6 +185,15 @@ fn push_stale(open: OpenBulk) {
     }
 }
 
+impl Core {
+    /// Pushes this thread's open bulk for this engine first, if any, so
+    /// that the thread's push order is kept (`flush_for`).
+    #[inline(always)]
+    pub(crate) fn flush_bulk(&self) -> Result<(), EngineError> {
+        flush_for(self)
+    }
+}
+
 /// Pushes this thread's open bulk if it belongs to `core`.
 #[inline(always)]
 pub(crate) fn flush_for(core: &Core) -> Result<(), EngineError> {
@@ -257,18 +244,16 @@ pub(crate) fn wants(opts: &PushOpts) -> bool {
     ACTIVE.with(|a| a.get()) && bulkable(opts)
 }
 
-/// Adds a synchronous push to this thread's bulk if bulking is on and the
-/// push qualifies; otherwise hands the body back for a normal push.
-pub(crate) fn try_add(
+/// Adds a push the router sent here (`Route::Bulk`) to this thread's open
+/// bulk; `Ok(Some(body))` hands it back to be queued (this engine does not
+/// bulk on this thread).
+pub(crate) fn add(
     core: &Arc<Core>,
     body: InlineFn,
     reads: &[Var],
     writes: &[Var],
     opts: &PushOpts,
 ) -> Result<Option<InlineFn>, EngineError> {
-    if !wants(opts) {
-        return Ok(Some(body));
-    }
     for &v in reads.iter().chain(writes) {
         core.slot_of(v)?;
     }

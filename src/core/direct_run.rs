@@ -48,24 +48,12 @@
 use crate::base::context::{PushOpts, RunContext};
 use crate::base::error::EngineError;
 use crate::core::run::failure_of;
-use crate::core::{Core, CURRENT_OP};
+use crate::core::{Core, CURRENT_OP, DIRECT, DIRECT_DEPS};
 use crate::graph::opr::{merge, Dep, INLINE_VARS, READ, WRITE};
 use crate::graph::var::Var;
 use crate::mem::inline_fn::Outcome;
-use crate::mem::pool::NIL;
 use crate::sync::Ordering;
-use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-
-/// `CURRENT_OP`'s operation while a body runs directly: the variables it
-/// holds are in `DIRECT_DEPS`. No pool hands out this index.
-pub(crate) const DIRECT: u32 = NIL - 2;
-
-crate::sync::thread_local! {
-    /// The variables held by the direct run whose body this thread runs
-    /// (valid while `CURRENT_OP` names [`DIRECT`]).
-    pub(crate) static DIRECT_DEPS: Cell<*const [Dep]> = const { Cell::new(&[] as *const [Dep]) };
-}
 
 /// A push granted by all its variables at once, with its place in the
 /// ticket order: it runs with [`Core::run_direct`], which releases them.

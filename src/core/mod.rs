@@ -11,6 +11,7 @@
 pub(crate) mod bulk;
 pub(crate) mod direct_run;
 pub(crate) mod observe;
+pub(crate) mod route;
 pub(crate) mod run;
 pub(crate) mod throttle;
 pub(crate) mod worker_batch;
@@ -18,9 +19,8 @@ pub(crate) mod worker_batch;
 use crate::base::context::{Context, FnProperty, PushOpts};
 use crate::base::error::{EngineError, OpError};
 use crate::base::tuning::{SWEEP_ROUND, UNQUEUED_DOWN_TO_DIVISOR};
-use crate::config::EngineBuilder;
-use crate::core::bulk::BulkBuf;
 use crate::exec::{Executor, ExecutorTraits, Runner};
+use crate::graph::bulk_buf::BulkBuf;
 use crate::graph::dispatch::Dispatcher;
 use crate::graph::opr::{Body, Dep, OprBlock, OprKind, LOOK_AT_EACH_VAR, READ, WRITE};
 use crate::graph::var::{Var, VarSlot, DELETE_DISPATCHED, DELETE_REQUESTED};
@@ -29,7 +29,7 @@ use crate::graph::wait::{FirstError, Helper, PendingCounter, WaitSlot};
 use crate::mem::completion::CompletionSink;
 use crate::mem::pool::{Pool, SharedTakeCache, ThreadCaches, NIL};
 use crate::mem::sweep::SweepCache;
-use crate::observe::diagnose::{print_report, Diagnosis, HangHandler};
+use crate::observe::diagnose::{Diagnosis, HangHandler};
 use crate::observe::profiler::Profiler;
 use crate::observe::stats::Stats;
 use crate::policy::pusher_runs::PusherRuns;
@@ -37,6 +37,7 @@ use crate::sync::{AtomicBool, AtomicU64, Ordering, UnsafeCell};
 use crossbeam_utils::CachePadded;
 use std::cell::Cell;
 use std::sync::atomic as std_atomic;
+#[cfg(feature = "cuda")]
 use std::sync::Arc;
 
 /// Engine ids, so that a variable of one engine is recognised by another.
@@ -52,6 +53,17 @@ crate::sync::thread_local! {
 /// `CURRENT_OP`'s operation while a body runs inside its push, with no
 /// block (`Core::run_unqueued`). No pool hands out this index.
 pub(crate) const UNQUEUED: u32 = NIL - 1;
+
+/// `CURRENT_OP`'s operation while a body runs directly (`direct_run.rs`):
+/// the variables it holds are in `DIRECT_DEPS`. No pool hands out this
+/// index.
+pub(crate) const DIRECT: u32 = NIL - 2;
+
+crate::sync::thread_local! {
+    /// The variables held by the direct run whose body this thread runs
+    /// (valid while `CURRENT_OP` names [`DIRECT`]).
+    pub(crate) static DIRECT_DEPS: Cell<*const [Dep]> = const { Cell::new(&[] as *const [Dep]) };
+}
 
 /// `CURRENT_OP`'s operation while the engine drops a value of the user's
 /// ([`Core::drop_user_value`]). No pool hands out this index.
@@ -84,6 +96,22 @@ struct SpareBlocks(UnsafeCell<SweepCache>);
 // dispatcher orders successive combiners (its `busy` flag's acquire and
 // release, or an owner's flag and its revoker: `dispatch.rs`).
 unsafe impl Sync for SpareBlocks {}
+
+/// What the core takes from the builder: the settings it acts on, resolved
+/// into plain values (`EngineBuilder::settings`).
+pub(crate) struct Settings {
+    /// The pending-operation cap (0: none).
+    pub(crate) max_pending: u64,
+    /// Whether pushes may run bodies on their thread below the cap.
+    pub(crate) run_on_pusher: bool,
+    /// The inline pace (used only with `run_on_pusher`).
+    pub(crate) inline_pace: std::time::Duration,
+    /// Operations each profiler lane keeps.
+    pub(crate) profile_events: usize,
+    /// Hang diagnosis: report a wait still blocked after this long, to
+    /// this handler (`None`: off).
+    pub(crate) hang_report: Option<(std::time::Duration, HangHandler)>,
+}
 
 /// Everything an engine is, shared by its handle, workers and completions.
 pub(crate) struct Core {
@@ -173,17 +201,14 @@ pub(crate) struct Core {
 impl Core {
     pub(crate) fn new(
         executor: Box<dyn Executor<Core>>,
-        b: &EngineBuilder,
+        b: Settings,
         #[cfg(feature = "cuda")] gpu: Arc<crate::exec::gpu::GpuRings>,
     ) -> Self {
         let traits = executor.traits();
         let workers = traits.worker_threads;
         // Below the cap, bodies run on pushers only when asked for.
         let pace = if b.run_on_pusher { b.inline_pace } else { std::time::Duration::ZERO };
-        let diagnosis = b.hang_report.map(|after| {
-            let handler = b.on_hang.clone().map_or_else(|| Arc::new(print_report) as HangHandler, |h| h.0);
-            Diagnosis::new(after, handler)
-        });
+        let diagnosis = b.hang_report.map(|(after, handler)| Diagnosis::new(after, handler));
         Core {
             id: NEXT_ENGINE_ID.fetch_add(1, std_atomic::Ordering::Relaxed),
             // Blocks are given back on workers and taken on pushers.
@@ -197,7 +222,11 @@ impl Core {
             bulks: Pool::new(),
             dispatcher: Dispatcher::default(),
             spare_blocks: CachePadded::new(SpareBlocks(UnsafeCell::new(SweepCache::default()))),
-            completion_sink: run::COMPLETION_SINK,
+            completion_sink: CompletionSink {
+                complete: Core::sink_complete,
+                dropped: Core::sink_dropped,
+                release: Core::sink_release,
+            },
             traits,
             executor,
             pending: PendingCounter::default(),
@@ -343,8 +372,27 @@ impl Core {
         opts: &PushOpts,
         kind: OprKind,
     ) -> Result<(), EngineError> {
+        if let Err(e) = self.check_ctx(opts.ctx) {
+            // Refused: the body is dropped unrun.
+            self.drop_user_value(body);
+            return Err(e);
+        }
+        self.queue(body, is_async, reads, writes, opts, kind)
+    }
+
+    /// Queues an operation whose context the caller has checked: fills a
+    /// block (checking its variables) and submits it (`route.rs`).
+    pub(crate) fn queue(
+        &self,
+        body: Body,
+        is_async: bool,
+        reads: &[Var],
+        writes: &[Var],
+        opts: &PushOpts,
+        kind: OprKind,
+    ) -> Result<(), EngineError> {
         // Keep this thread's order: its bulked pushes go first.
-        if let Err(e) = crate::core::bulk::flush_for(self).and_then(|()| self.check_ctx(opts.ctx)) {
+        if let Err(e) = self.flush_bulk() {
             // Refused: the body is dropped unrun.
             self.drop_user_value(body);
             return Err(e);
@@ -551,7 +599,7 @@ impl Core {
             return Ok(None);
         }
         // Keep this thread's order: its bulked pushes go first.
-        crate::core::bulk::flush_for(self)?;
+        self.flush_bulk()?;
         self.check_open()?;
         let mut after_close = false;
         let ticket = self.take_ticket(|| {
@@ -861,23 +909,11 @@ impl Core {
             Some(_) if op == UNQUEUED || op == DROPPING => false,
             // SAFETY: a direct run's variables live in its push's frame,
             // below this call, until its body has returned.
-            Some(v) if op == crate::core::direct_run::DIRECT => {
-                unsafe { &*crate::core::direct_run::DIRECT_DEPS.with(|c| c.get()) }.iter().any(|d| d.slot() == v.slot)
-            }
+            Some(v) if op == DIRECT => unsafe { &*DIRECT_DEPS.with(|c| c.get()) }.iter().any(|d| d.slot() == v.slot),
             // SAFETY: the running body's block is alive (its runner holds
             // it) and its deps are not written while it runs.
             Some(v) => unsafe { self.oprs.get(op).dep_slice().iter().any(|d| d.slot() == v.slot) },
         }
-    }
-
-    /// Runs one ready operation on this (non-worker, or waiting) thread if
-    /// the executor has one, counting it; returns whether it ran one.
-    pub(crate) fn help_once(&self) -> bool {
-        let ran = crate::core::worker_batch::helping(|| self.executor.help(self));
-        if ran {
-            self.stats.helped();
-        }
-        ran
     }
 
     /// How a thread blocked in a wait helps run ready work.
@@ -916,7 +952,7 @@ impl Core {
     /// ask checks again under the dispatcher.
     pub(crate) fn wait_var(&self, var: Var, slot: &VarSlot, write: bool) -> Result<(), EngineError> {
         // Keep this thread's order: its bulked pushes go first.
-        crate::core::bulk::flush_for(self)?;
+        self.flush_bulk()?;
         crate::exec::park::note_waited();
         // Right after a push to `var` an ask (which takes the dispatcher)
         // would answer no: when a peek says so, help first, then ask. The

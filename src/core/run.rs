@@ -247,6 +247,51 @@ impl Core {
         unsafe { Completion::new(sink.add(offset_of!(Core, completion_sink)).cast(), op) }
     }
 
+    /// The core that holds `sink` (its `completion_sink`).
+    ///
+    /// # Safety
+    ///
+    /// `sink` was made by [`completion`](Self::completion) and its
+    /// completion still owns its reference to the core.
+    unsafe fn of_sink<'a>(sink: NonNull<CompletionSink>) -> &'a Core {
+        // SAFETY: `completion` derived `sink` from a pointer to the whole
+        // core at the field's offset, and the reference keeps it alive.
+        unsafe { sink.cast::<u8>().sub(offset_of!(Core, completion_sink)).cast::<Core>().as_ref() }
+    }
+
+    /// `CompletionSink::complete`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`of_sink`](Self::of_sink).
+    pub(crate) unsafe fn sink_complete(sink: NonNull<CompletionSink>, op: u32, failure: Option<String>) {
+        // SAFETY: the caller's contract.
+        unsafe { Self::of_sink(sink) }.complete_async(op, failure);
+    }
+
+    /// `CompletionSink::dropped`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`of_sink`](Self::of_sink).
+    pub(crate) unsafe fn sink_dropped(sink: NonNull<CompletionSink>, op: u32) {
+        // SAFETY: the caller's contract.
+        unsafe { Self::of_sink(sink) }.completion_dropped(op);
+    }
+
+    /// `CompletionSink::release`: gives back the strong reference a
+    /// completion owned.
+    ///
+    /// # Safety
+    ///
+    /// As for [`of_sink`](Self::of_sink); the caller does not use the sink
+    /// after this.
+    pub(crate) unsafe fn sink_release(sink: NonNull<CompletionSink>) {
+        // SAFETY: the core lives in an `Arc` (`completion`), whose count
+        // the completion owned and gives back once.
+        unsafe { Arc::decrement_strong_count(Self::of_sink(sink) as *const Core) };
+    }
+
     /// A `Completion` was signalled (`failure` is `None`) or failed.
     pub(crate) fn complete_async(&self, op: u32, failure: Option<String>) {
         // SAFETY: `meta` is read-only until the block is given back, which
@@ -432,36 +477,4 @@ pub(crate) fn failure_of(name: &'static str, outcome: std::thread::Result<Outcom
         // A payload's own `Drop` may panic too (`unwind.rs`).
         Err(payload) => Some(OpError::new(name, crate::base::unwind::message_of(payload))),
     }
-}
-
-/// The core that holds `sink` (`Core::completion_sink`).
-///
-/// # Safety
-///
-/// `sink` was made by [`Core::completion`] and its completion still owns
-/// its reference to the core.
-unsafe fn core_of<'a>(sink: NonNull<CompletionSink>) -> &'a Core {
-    // SAFETY: `completion` derived `sink` from a pointer to the whole core
-    // at the field's offset, and the reference keeps the core alive.
-    unsafe { sink.cast::<u8>().sub(offset_of!(Core, completion_sink)).cast::<Core>().as_ref() }
-}
-
-/// The core's [`CompletionSink`], which its completions call back.
-pub(crate) const COMPLETION_SINK: CompletionSink = CompletionSink {
-    // SAFETY (each): the sink's completion still owns its reference
-    // (`CompletionSink`'s contract), so `core_of` holds.
-    complete: |sink, op, failure| unsafe { core_of(sink) }.complete_async(op, failure),
-    dropped: |sink, op| unsafe { core_of(sink) }.completion_dropped(op),
-    release: sink_release,
-};
-
-/// Gives back the strong reference a completion owned.
-///
-/// # Safety
-///
-/// As for [`core_of`]; the caller does not use the sink after this.
-unsafe fn sink_release(sink: NonNull<CompletionSink>) {
-    // SAFETY: the core lives in an `Arc` (`completion`), whose count the
-    // completion owned and gives back once.
-    unsafe { Arc::decrement_strong_count(core_of(sink) as *const Core) };
 }

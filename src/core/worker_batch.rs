@@ -71,6 +71,16 @@ pub(crate) fn helping<R>(help: impl FnOnce() -> R) -> R {
 }
 
 impl Core {
+    /// Runs one ready operation on this (non-worker, or waiting) thread if
+    /// the executor has one, counting it; returns whether it ran one.
+    pub(crate) fn help_once(&self) -> bool {
+        let ran = helping(|| self.executor.help(self));
+        if ran {
+            self.stats.helped();
+        }
+        ran
+    }
+
     /// Makes the calling thread a batching worker of this core.
     pub(crate) fn enter_worker(&self) {
         BATCH.with(|b| b.set(WorkerBatch::empty(self)));

@@ -2,6 +2,7 @@
 //! blocks, the dispatcher that orders pushes, the waits and the pending
 //! count, and (feature `cuda`) each variable's GPU fences.
 
+pub(crate) mod bulk_buf;
 pub(crate) mod dispatch;
 #[cfg(feature = "cuda")]
 pub(crate) mod gpu;

@@ -27,9 +27,7 @@ use crate::mem::pool::Pooled;
 use crate::sync::{AtomicU32, AtomicU8, UnsafeCell};
 use std::sync::Arc;
 
-/// Variables stored inline per operation; more spill to a `Vec` that the
-/// pooled block keeps (so a block allocates at most once in its life).
-pub const INLINE_VARS: usize = 6;
+pub(crate) use crate::base::tuning::INLINE_VARS;
 
 /// The dependency reads the variable.
 pub(crate) const READ: u8 = 1;

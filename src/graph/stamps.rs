@@ -2,7 +2,7 @@
 //! timestamps and hang diagnosis's copy. Defined here, with the block;
 //! filled and read by `observe/profiler.rs` and `observe/diagnose.rs`.
 
-use crate::graph::opr::INLINE_VARS;
+use crate::base::tuning::INLINE_VARS;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8};
 
 /// A profiled operation's timestamps, kept on its block. Plain atomics
@@ -17,7 +17,7 @@ pub(crate) struct ProfStamps {
     pub(crate) end: AtomicU64,
     /// Ticket + 1 of the operation that made this one ready (0: none).
     pub(crate) made_ready_by: AtomicU64,
-    /// Lane of the running thread (low 16 bits) and [`FAILED`].
+    /// Lane of the running thread (low 16 bits) and [`FAILED`](crate::observe::profiler::FAILED).
     pub(crate) lane_flags: AtomicU32,
 }
 

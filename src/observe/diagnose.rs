@@ -4,7 +4,7 @@
 //! Off by default ([`EngineBuilder::hang_report`](crate::EngineBuilder::hang_report)).
 //! When on:
 //!
-//! - every operation block carries a [`DiagSlot`](crate::graph::stamps::DiagSlot): a copy of its ticket,
+//! - every operation block carries a [`DiagSlot`]: a copy of its ticket,
 //!   name, variables and state (queued → ready → running → body returned)
 //!   in plain atomics, written by whoever owns the block at each step. The
 //!   ticket is written last when the block is dispatched and cleared first

@@ -115,18 +115,18 @@ impl Engine {
             core.set_cpu_nodes(topology.nodes);
         }
         if b.profile.is_some() {
-            core.profiler.start();
+            core.observe.profiler.start();
         }
         if let Err(e) = core.executor.start(&core) {
             // The threads that did start hold the core; stopping joins them.
             core.executor.stop();
             return Err(EngineError::Spawn(e.to_string()));
         }
-        let watchdog = match core.diagnosis.as_ref().map(|diag| {
+        let watchdog = match core.observe.diagnosis.as_ref().map(|diag| {
             let (core, period) = (core.clone(), diag.period());
             std::thread::Builder::new().name("depengine-watchdog".into()).spawn(move || loop {
                 std::thread::park_timeout(period);
-                if core.diagnosis.as_ref().is_none_or(|d| d.stop.load(Ordering::Acquire)) {
+                if core.observe.diagnosis.as_ref().is_none_or(|d| d.stop.load(Ordering::Acquire)) {
                     break;
                 }
                 core.watchdog_pass();
@@ -200,7 +200,7 @@ impl Engine {
 
     /// Creates a variable (version 0).
     pub fn new_var(&self) -> Var {
-        self.core.new_var()
+        self.core.vars.new_var(&self.core.blocks)
     }
 
     /// Deletes `var` once every operation already pushed on it has finished,
@@ -215,15 +215,15 @@ impl Engine {
         // must reach the engine before `var` is marked deleted.
         crate::core::bulk::flush_for(&self.core)?;
         // Refused before the variable is marked: a failed call changes nothing.
-        self.core.check_open()?;
-        self.core.request_delete(var)?;
+        self.core.life.check_open()?;
+        self.core.vars.request_delete(var)?;
         let opts = PushOpts::new().name("delete_var").prop(FnProperty::DeleteVar);
         self.core.push(body, false, &[], &[var], &opts, OprKind::DeleteVar)
     }
 
     /// Completed writes of `var` so far (reads leave it unchanged).
     pub fn var_version(&self, var: Var) -> Result<u64, EngineError> {
-        Ok(self.core.slot_of(var)?.version())
+        Ok(self.core.vars.slot_of(var)?.version())
     }
 
     // ----- pushes ----------------------------------------------------------
@@ -357,7 +357,7 @@ impl Engine {
         let mut deps = DepList::default();
         for (vars, mode) in [(writes, WRITE), (reads, READ)] {
             for &v in vars {
-                if let Err(e) = self.core.slot_of(v) {
+                if let Err(e) = self.core.vars.slot_of(v) {
                     // Refused: the user's closure is dropped unrun (`unwind.rs`).
                     self.core.drop_user_value(body);
                     return Err(e);
@@ -446,7 +446,7 @@ impl Engine {
     }
 
     fn wait_on(&self, var: Var, write: bool) -> Result<(), EngineError> {
-        let slot = self.core.slot_of(var)?;
+        let slot = self.core.vars.slot_of(var)?;
         if self.core.would_deadlock(Some(var)) {
             return Err(EngineError::WaitWouldDeadlock);
         }
@@ -466,7 +466,7 @@ impl Engine {
         self.core.wait_all();
         #[cfg(feature = "cuda")]
         self.core.gpu.synchronize(&*self.core)?;
-        self.core.first_error.take().map_or(Ok(()), |e| Err(EngineError::OpFailed(e)))
+        self.core.life.first_error.take().map_or(Ok(()), |e| Err(EngineError::OpFailed(e)))
     }
 
     // ----- lifecycle -----------------------------------------------------------
@@ -482,8 +482,8 @@ impl Engine {
         PoolStats {
             live_ops: self.core.live_op_blocks(),
             live_var_blocks: self.core.blocks.live(),
-            live_vars: self.core.vars.live() - self.core.retired_var_slots() as usize,
-            retired_var_slots: self.core.retired_var_slots() as usize,
+            live_vars: self.core.vars.live(),
+            retired_var_slots: self.core.vars.retired() as usize,
             op_blocks_created: self.core.oprs.capacity_used(),
         }
     }
@@ -492,7 +492,7 @@ impl Engine {
     /// often, exact when the engine is idle.
     pub fn stats(&self) -> EngineStats {
         let mut s = EngineStats::default();
-        self.core.stats.read_into(&mut s);
+        self.core.observe.stats.read_into(&mut s);
         self.core.executor.add_stats(&mut s);
         // Tickets count every dispatched operation, wait markers included
         // (a wait that returned at once dispatched none), and every
@@ -514,12 +514,12 @@ impl Engine {
     /// allocates nothing and takes no lock. Starting again discards the
     /// current session.
     pub fn start_profiling(&self) {
-        self.core.profiler.start();
+        self.core.observe.profiler.start();
     }
 
     /// Whether a profiling session is open.
     pub fn is_profiling(&self) -> bool {
-        self.core.profiler.session() != 0
+        self.core.observe.profiler.session() != 0
     }
 
     /// Ends the session and returns the operations it saw finish (empty if
@@ -527,7 +527,7 @@ impl Engine {
     /// after this call are not recorded: call [`wait_all`](Self::wait_all)
     /// first to include them.
     pub fn stop_profiling(&self) -> Profile {
-        self.core.profiler.stop(|lane| self.core.lane_name(lane))
+        self.core.observe.profiler.stop(|lane| self.core.lane_name(lane))
     }
 
     /// Writes the profile of a builder-started session (`DEPENGINE_PROFILE`).
@@ -553,13 +553,13 @@ impl Engine {
     /// Needs hang diagnosis on (else [`EngineError::Config`]); call it from
     /// any thread, e.g. a signal handler's thread or a debugger.
     pub fn pending_report(&self, var: Option<Var>) -> Result<HangReport, EngineError> {
-        if self.core.diagnosis.is_none() {
+        if self.core.observe.diagnosis.is_none() {
             return Err(EngineError::Config(
                 "pending_report needs hang diagnosis: build with hang_report(..) or DEPENGINE_HANG_REPORT_MS".into(),
             ));
         }
         if let Some(v) = var {
-            self.core.slot_of(v)?;
+            self.core.vars.slot_of(v)?;
         }
         Ok(self.core.pending_report(var))
     }
@@ -612,7 +612,7 @@ impl Engine {
         }
         let _ = self.flush_bulk();
         if cancel {
-            self.core.cancelling.store(true, Ordering::SeqCst);
+            self.core.life.cancelling.store(true, Ordering::SeqCst);
         }
         // Let running work push its continuations, then close the door
         // (between two dispatches) and drain what was dispatched before it.
@@ -627,7 +627,7 @@ impl Engine {
         if !self.core.wait_all_until(deadline) {
             return Err(timed_out());
         }
-        if self.core.take_executor_stop() {
+        if self.core.life.take_executor_stop() {
             // Buffers an application frees after the engine must be idle
             // on the device too.
             #[cfg(feature = "cuda")]
@@ -645,7 +645,7 @@ impl Drop for Engine {
             return;
         }
         let _ = self.shutdown_inner(self.cancel_on_drop, None);
-        if let (Some(diag), Some(watchdog)) = (&self.core.diagnosis, self.watchdog.take()) {
+        if let (Some(diag), Some(watchdog)) = (&self.core.observe.diagnosis, self.watchdog.take()) {
             diag.stop.store(true, Ordering::Release);
             watchdog.thread().unpark();
             let _ = watchdog.join();

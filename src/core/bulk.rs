@@ -255,11 +255,11 @@ pub(crate) fn add(
     opts: &PushOpts,
 ) -> Result<Option<InlineFn>, EngineError> {
     for &v in reads.iter().chain(writes) {
-        core.slot_of(v)?;
+        core.vars.slot_of(v)?;
     }
     // Refused now, like an unbulked push: a bulk opened after shutdown
     // could never be pushed.
-    core.check_open()?;
+    core.life.check_open()?;
     // A different engine or context starts a new bulk: push the old one
     // first (and before opening the new one, which that push would flush).
     let stale = BULK.with(|cell| {

@@ -52,7 +52,6 @@ use crate::core::{Core, CURRENT_OP, DIRECT, DIRECT_DEPS};
 use crate::graph::opr::{merge, Dep, INLINE_VARS, READ, WRITE};
 use crate::graph::var::Var;
 use crate::mem::inline_fn::Outcome;
-use crate::sync::Ordering;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 /// A push granted by all its variables at once, with its place in the
@@ -120,12 +119,12 @@ impl Core {
         // Once GPU work has been scheduled, a host body may first have to
         // wait for some (`Core::run`); only the usual runner does that.
         #[cfg(feature = "cuda")]
-        if self.gpu_used.load(Ordering::Relaxed) {
+        if self.gpu_used.load(crate::sync::Ordering::Relaxed) {
             return Ok(false);
         }
         for (vars, mode) in [(writes, WRITE), (reads, READ)] {
             for &v in vars {
-                if self.slot_of(v).is_err() {
+                if self.vars.slot_of(v).is_err() {
                     return Ok(false);
                 }
                 grant.add(Dep::new(v.slot, v.gen, mode));
@@ -133,7 +132,7 @@ impl Core {
         }
         // Keep this thread's order: its bulked pushes go first.
         crate::core::bulk::flush_for(self)?;
-        self.check_open()?;
+        self.life.check_open()?;
         match self.take_ticket(|| self.grant_at_once(grant.deps())) {
             Some(ticket) => {
                 grant.ticket = ticket;
@@ -146,7 +145,7 @@ impl Core {
     /// Step 1 of the module docs, as the combiner: whether every variable
     /// granted its access at once (else none holds one).
     fn grant_at_once(&self, deps: &[Dep]) -> bool {
-        if self.shutting_down.load(Ordering::Relaxed) {
+        if self.life.is_closing() {
             return false;
         }
         for (i, d) in deps.iter().enumerate() {
@@ -192,7 +191,7 @@ impl Core {
         let ran = skipped.is_none();
         let failure = match skipped {
             Some(inherited) => {
-                self.stats.skipped();
+                self.observe.stats.skipped();
                 self.drop_user_value(body);
                 Some(inherited)
             }
@@ -211,7 +210,7 @@ impl Core {
         }
         for d in deps.iter().filter(|d| d.writes()) {
             // SAFETY: the grant holds this write.
-            unsafe { self.vars.get(d.slot()).finish_write(failure.as_ref(), &self.failures_held) };
+            unsafe { self.vars.get(d.slot()).finish_write(failure.as_ref(), &self.vars.failures_held) };
         }
         // As the combiner, release at once each access that nothing waits
         // behind: plain stores, where completing it the usual way takes a
@@ -232,7 +231,7 @@ impl Core {
         // The stint's pace, after the release: its stores then wait for
         // no locked instruction of the release.
         if ran {
-            self.pusher_runs.note_run();
+            self.policy.runs.note_run();
         }
     }
 }

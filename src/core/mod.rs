@@ -18,22 +18,25 @@ pub(crate) mod worker_batch;
 
 use crate::base::context::{Context, FnProperty, PushOpts};
 use crate::base::error::{EngineError, OpError};
-use crate::base::tuning::{SWEEP_ROUND, UNQUEUED_DOWN_TO_DIVISOR};
+use crate::base::tuning::SWEEP_ROUND;
 use crate::exec::{Executor, ExecutorTraits, Runner};
 use crate::graph::bulk_buf::BulkBuf;
 use crate::graph::dispatch::Dispatcher;
+use crate::graph::lifecycle::Lifecycle;
 use crate::graph::opr::{Body, Dep, OprBlock, OprKind, LOOK_AT_EACH_VAR, READ, WRITE};
-use crate::graph::var::{Var, VarSlot, DELETE_DISPATCHED, DELETE_REQUESTED};
+use crate::graph::var::{Var, VarSlot, Variables, DELETE_DISPATCHED};
 use crate::graph::var_queue::VarBlock;
-use crate::graph::wait::{FirstError, Helper, PendingCounter, WaitSlot};
+use crate::graph::wait::{Helper, PendingCounter, WaitSlot};
 use crate::mem::completion::CompletionSink;
 use crate::mem::pool::{Pool, SharedTakeCache, ThreadCaches, NIL};
 use crate::mem::sweep::SweepCache;
-use crate::observe::diagnose::{Diagnosis, HangHandler};
+use crate::observe::diagnose::HangHandler;
 use crate::observe::profiler::Profiler;
-use crate::observe::stats::Stats;
-use crate::policy::pusher_runs::PusherRuns;
-use crate::sync::{AtomicBool, AtomicU64, Ordering, UnsafeCell};
+use crate::observe::Observers;
+use crate::policy::PushPolicy;
+#[cfg(feature = "cuda")]
+use crate::sync::AtomicBool;
+use crate::sync::{Ordering, UnsafeCell};
 use crossbeam_utils::CachePadded;
 use std::cell::Cell;
 use std::sync::atomic as std_atomic;
@@ -124,7 +127,9 @@ pub(crate) struct Core {
     /// time (see `pool::SharedTakeCache`); its own line.
     op_cache: CachePadded<SharedTakeCache>,
     pub(crate) blocks: Pool<VarBlock>,
-    pub(crate) vars: Pool<VarSlot>,
+    /// The variables' slots and what the dispatcher tracks of them
+    /// (`graph/var.rs`).
+    pub(crate) vars: Variables,
     pub(crate) waits: Pool<WaitSlot>,
     pub(crate) bulks: Pool<BulkBuf>,
     pub(crate) dispatcher: Dispatcher,
@@ -141,53 +146,15 @@ pub(crate) struct Core {
     /// every push run unqueued, where a virtual call showed in profiles).
     pub(crate) traits: ExecutorTraits,
     pub(crate) pending: PendingCounter,
-    pub(crate) first_error: FirstError,
-    pub(crate) shutting_down: AtomicBool,
-    pub(crate) cancelling: AtomicBool,
-    /// Set before the first failure is stored on a variable (`VarSlot::
-    /// finish_write`), never cleared: while it is false no variable holds
-    /// a failure, and a run need not look at the variables it reads
-    /// (`Core::skip_failure`).
-    pub(crate) failures_held: AtomicBool,
-    /// Deletions dispatched so far (written only by the combiner, after it
-    /// marks the variable `DELETE_DISPATCHED`). A push notes it before it
-    /// checks its variables (`Meta::deletions_seen`); its dispatch finds it
-    /// unchanged in the common case and then knows every variable is still
-    /// live without looking at each one again ([`Core::dispatch`]).
-    deletions_dispatched: AtomicU64,
-    pub(crate) stats: Stats,
-    pub(crate) profiler: Profiler,
-    /// Hang diagnosis, when on (`diagnose.rs`).
-    pub(crate) diagnosis: Option<Diagnosis>,
-    /// The pending-operation cap (0: none); see `throttle.rs`.
-    pub(crate) max_pending: u64,
-    /// Set when a push at the cap ran its body unqueued; cleared when a
-    /// push finds the pending count down to half the cap and its thread's
-    /// pace of such runs not quicker than `inline_pace_ns`
-    /// ([`Core::unqueued_ticket`]). Read by every push with no variables
-    /// and written only by pushers, and rarely: on a line of its own, so
-    /// that those reads stay in the pushers' caches. An estimate that
-    /// orders nothing: a std atomic, which loom does not explore, as for
-    /// the drain rate.
-    unqueued_to_low_water: CachePadded<std_atomic::AtomicBool>,
-    /// Whether pushers run the operations with variables that their
-    /// pushes make ready (`pusher_runs.rs`).
-    pub(crate) pusher_runs: PusherRuns,
-    /// [`EngineBuilder::inline_pace`](crate::EngineBuilder::inline_pace)
-    /// in nanoseconds (0: off, as whenever
-    /// [`run_on_pusher`](crate::EngineBuilder::run_on_pusher) is off).
-    inline_pace_ns: u64,
-    /// [`EngineBuilder::run_on_pusher`](crate::EngineBuilder::run_on_pusher):
-    /// whether pushes may run bodies on their thread below the cap.
-    run_on_pusher: bool,
+    /// Open or closing, cancelling, the first failure (`graph/lifecycle.rs`).
+    pub(crate) life: Lifecycle,
+    /// Statistics, the profiler and hang diagnosis (`observe/`).
+    pub(crate) observe: Observers,
+    /// The pending cap and where pushes run (`policy/`).
+    pub(crate) policy: PushPolicy,
     /// NUMA nodes a `Context::Cpu(n)` may name: the per_device engine's
     /// topology, or the machine's, read when first needed.
     cpu_nodes: std::sync::OnceLock<u32>,
-    /// Set by the one shutdown that stops the executor.
-    executor_stopped: std_atomic::AtomicBool,
-    /// Variable slots retired at the end of their generations
-    /// ([`free_var`](Self::free_var)).
-    retired_var_slots: std_atomic::AtomicU64,
     /// The GPU rings (none without a device) and the fences' lanes.
     #[cfg(feature = "cuda")]
     pub(crate) gpu: Arc<crate::exec::gpu::GpuRings>,
@@ -207,17 +174,16 @@ impl Core {
         let traits = executor.traits();
         let workers = traits.worker_threads;
         // Below the cap, bodies run on pushers only when asked for.
-        let pace = if b.run_on_pusher { b.inline_pace } else { std::time::Duration::ZERO };
-        let diagnosis = b.hang_report.map(|(after, handler)| Diagnosis::new(after, handler));
+        let id = NEXT_ENGINE_ID.fetch_add(1, std_atomic::Ordering::Relaxed);
         Core {
-            id: NEXT_ENGINE_ID.fetch_add(1, std_atomic::Ordering::Relaxed),
+            id,
             // Blocks are given back on workers and taken on pushers.
             oprs: Pool::new().prefetching(workers > 0),
             op_blocks_mine: ThreadCaches::default(),
             op_cache: CachePadded::default(),
             // Blocks die on workers too: swept in rounds (`sweep.rs`).
             blocks: Pool::new().prefetching(workers > 0).sweeping_from(if workers > 0 { SWEEP_ROUND } else { 0 }),
-            vars: Pool::new(),
+            vars: Variables::new(id),
             waits: Pool::with_first_segment(),
             bulks: Pool::new(),
             dispatcher: Dispatcher::default(),
@@ -230,94 +196,15 @@ impl Core {
             traits,
             executor,
             pending: PendingCounter::default(),
-            first_error: FirstError::default(),
-            shutting_down: AtomicBool::new(false),
-            cancelling: AtomicBool::new(false),
-            failures_held: AtomicBool::new(false),
-            deletions_dispatched: AtomicU64::new(0),
-            stats: Stats::new(workers),
-            profiler: Profiler::new(workers, b.profile_events),
-            diagnosis,
-            max_pending: b.max_pending,
-            unqueued_to_low_water: CachePadded::new(std_atomic::AtomicBool::new(false)),
-            pusher_runs: PusherRuns::new(b.max_pending, pace),
-            inline_pace_ns: u64::try_from(pace.as_nanos()).unwrap_or(u64::MAX),
-            run_on_pusher: b.run_on_pusher,
+            life: Lifecycle::default(),
+            observe: Observers::new(workers, b.profile_events, b.hang_report),
+            policy: PushPolicy::new(b.max_pending, b.run_on_pusher, b.inline_pace),
             cpu_nodes: std::sync::OnceLock::new(),
-            executor_stopped: std_atomic::AtomicBool::new(false),
-            retired_var_slots: std_atomic::AtomicU64::new(0),
             #[cfg(feature = "cuda")]
             gpu,
             #[cfg(feature = "cuda")]
             gpu_used: AtomicBool::new(false),
         }
-    }
-
-    // ----- variables -------------------------------------------------------
-
-    pub(crate) fn new_var(&self) -> Var {
-        let slot = self.vars.take();
-        assert!(slot < 1 << crate::graph::opr::SLOT_BITS, "depengine: more than 2^30 live variables");
-        let v = self.vars.get(slot);
-        // SAFETY: the slot was just taken, so nobody else touches it.
-        unsafe { v.reset(&self.blocks) };
-        let gen = (v.life.load(Ordering::Acquire) >> 32) as u32;
-        Var { engine: self.id, slot, gen }
-    }
-
-    /// The slot of a live variable of this engine.
-    #[inline]
-    pub(crate) fn slot_of(&self, var: Var) -> Result<&VarSlot, EngineError> {
-        if var.engine != self.id {
-            return Err(EngineError::ForeignVar);
-        }
-        let slot = self.vars.get(var.slot);
-        slot.check(var)?;
-        Ok(slot)
-    }
-
-    /// Marks `var` as being deleted; a second call is an error.
-    pub(crate) fn request_delete(&self, var: Var) -> Result<(), EngineError> {
-        if var.engine != self.id {
-            return Err(EngineError::ForeignVar);
-        }
-        let slot = self.vars.get(var.slot);
-        let mut life = slot.life.load(Ordering::Acquire);
-        loop {
-            if (life >> 32) as u32 != var.gen || life & DELETE_REQUESTED != 0 {
-                return Err(EngineError::DeletedTwice);
-            }
-            match slot.life.compare_exchange_weak(life, life | DELETE_REQUESTED, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Ok(()),
-                Err(actual) => life = actual,
-            }
-        }
-    }
-
-    /// Gives a deleted variable's slot back, bumping its generation.
-    ///
-    /// A slot whose generation is the last (`u32::MAX`) is retired instead:
-    /// never given back, its `life` marked deleted for good, so that no
-    /// stale handle of any generation is ever taken for a new variable.
-    /// The cost is one slot (two cache lines) per 2^32 deletions of it.
-    pub(crate) fn free_var(&self, slot_index: u32) {
-        let slot = self.vars.get(slot_index);
-        // SAFETY: the deletion held the last access and nothing can be
-        // appended after a dispatched deletion, so the queue is idle and ours.
-        unsafe { slot.release(&self.blocks) };
-        let gen = slot.life.load(Ordering::Acquire) >> 32;
-        if gen == u64::from(u32::MAX) {
-            slot.life.store(gen << 32 | DELETE_REQUESTED | DELETE_DISPATCHED, Ordering::Release);
-            self.retired_var_slots.fetch_add(1, std_atomic::Ordering::Relaxed);
-            return;
-        }
-        slot.life.store((gen + 1) << 32, Ordering::Release);
-        self.vars.give(slot_index);
-    }
-
-    /// Variable slots retired at the end of their generations.
-    pub(crate) fn retired_var_slots(&self) -> u64 {
-        self.retired_var_slots.load(std_atomic::Ordering::Relaxed)
     }
 
     // ----- push ------------------------------------------------------------
@@ -355,11 +242,6 @@ impl Core {
             "cpu({n}): this machine has {nodes} NUMA node(s), 0 to {} (Context::cpu() is any)",
             nodes - 1
         )))
-    }
-
-    /// Whether the calling shutdown is the one to stop the executor.
-    pub(crate) fn take_executor_stop(&self) -> bool {
-        !self.executor_stopped.swap(true, std_atomic::Ordering::AcqRel)
     }
 
     /// Pushes an operation: validates, fills a block, submits it.
@@ -409,7 +291,7 @@ impl Core {
         // requested already and skips the check: its dispatch always looks.
         let deletions_seen = match kind {
             OprKind::DeleteVar => LOOK_AT_EACH_VAR,
-            _ => self.deletions_dispatched.load(Ordering::Acquire),
+            _ => self.vars.deletions_dispatched(),
         };
         // SAFETY: the block was just taken: the pusher owns it (phase 1).
         let filled = unsafe {
@@ -420,7 +302,7 @@ impl Core {
                     // The operator owns its variables; only re-check them.
                     return inner.deps.as_slice().iter().try_for_each(|d| {
                         let v = Var { engine: self.id, slot: d.slot(), gen: d.gen };
-                        self.slot_of(v).map(drop)
+                        self.vars.slot_of(v).map(drop)
                     });
                 }
                 for (vars, mode) in [(writes, WRITE), (reads, READ)] {
@@ -431,7 +313,7 @@ impl Core {
                                 return Err(EngineError::ForeignVar);
                             }
                         } else {
-                            self.slot_of(v)?;
+                            self.vars.slot_of(v)?;
                         }
                         deps.add(Dep::new(v.slot, v.gen, mode));
                     }
@@ -462,44 +344,34 @@ impl Core {
             meta.deletions_seen = deletions_seen;
             meta.rejected = None;
             // Off: one load and one branch. (`finish` leaves the field 0.)
-            let session = self.profiler.session();
+            let session = self.observe.profiler.session();
             if session != 0 && !matches!(kind, OprKind::Wait(_)) {
                 meta.profile_session = session;
-                self.profiler.stamp_push(block);
+                self.observe.profiler.stamp_push(block);
             }
         }
         self.submit(op, me)
-    }
-
-    /// `ShutDown` once the engine has begun shutting down: every call that
-    /// would add work checks this before it changes anything.
-    #[inline]
-    pub(crate) fn check_open(&self) -> Result<(), EngineError> {
-        if self.shutting_down.load(Ordering::Relaxed) {
-            return Err(EngineError::ShutDown);
-        }
-        Ok(())
     }
 
     /// Hands the operation to the dispatcher (which counts it as pending
     /// when it stamps its ticket), from the calling thread, which holds
     /// thread slot `me`.
     fn submit(&self, op: u32, me: Option<usize>) -> Result<(), EngineError> {
-        if let Err(e) = self.check_open() {
+        if let Err(e) = self.life.check_open() {
             self.discard(op);
             return Err(e);
         }
         let mut ready = ReadyList { head: NIL, tail: NIL };
         self.dispatcher.submit(&self.oprs, op, me, |op, ticket| self.dispatch(op, ticket, &mut ready));
         self.schedule_list(ready);
-        if self.max_pending != 0 {
-            if self.pusher_runs.is_on() {
-                if self.pending_reached(self.pusher_runs.low_water()) {
+        if self.policy.max_pending != 0 {
+            if self.policy.runs.is_on() {
+                if self.pending_reached(self.policy.runs.low_water()) {
                     self.throttle();
                 }
             } else {
-                let look = self.pusher_runs.note_queued_push();
-                if self.pending_reached(self.max_pending) {
+                let look = self.policy.runs.note_queued_push();
+                if self.pending_reached(self.policy.max_pending) {
                     self.throttle();
                 } else if look {
                     self.probe_running_here();
@@ -549,7 +421,7 @@ impl Core {
     /// a completion made room, paying the hand-off (several times what a
     /// run inside the push costs the pusher) only to meet the cap again at
     /// the next push. Half the cap still queued keeps the workers busy
-    /// meanwhile ([`UNQUEUED_DOWN_TO_DIVISOR`]).
+    /// meanwhile ([`UNQUEUED_DOWN_TO_DIVISOR`](crate::base::tuning::UNQUEUED_DOWN_TO_DIVISOR)).
     ///
     /// Below half the cap they go on running unqueued while this thread's
     /// runs come faster than the inline pace (`inline_pace.rs`): bodies that
@@ -561,32 +433,19 @@ impl Core {
     /// (`pusher_runs.rs`), such pushes run unqueued at any pending count.
     #[inline]
     pub(crate) fn unqueued_ticket(&self, opts: &PushOpts) -> Result<Option<UnqueuedTicket>, EngineError> {
-        if self.max_pending == 0 || opts.prop != FnProperty::Normal || opts.ctx.is_gpu() {
+        if self.policy.max_pending == 0 || opts.prop != FnProperty::Normal || opts.ctx.is_gpu() {
             return Ok(None);
         }
-        // Past the cap, on down to half of it, only when running on the
+        // Past the cap (on down to half of it, only when running on the
         // pusher was asked for: by default a push below the cap never runs
-        // a body on its thread.
-        let to_low_water = self.run_on_pusher && self.unqueued_to_low_water.load(std_atomic::Ordering::Relaxed);
-        let limit = if to_low_water {
-            (self.max_pending / UNQUEUED_DOWN_TO_DIVISOR).min(self.max_pending - 1)
-        } else {
-            self.max_pending - 1
-        };
-        if !self.pending_reached(limit) {
-            let quick = to_low_water && crate::policy::inline_pace::quicker_than(self.inline_pace_ns);
-            if to_low_water && !quick {
-                self.unqueued_to_low_water.store(false, std_atomic::Ordering::Relaxed);
-            }
-            // In a stint the pusher runs what its pushes make ready
-            // (`pusher_runs.rs`); one with no variables, with no block.
-            if !quick && !self.pusher_runs.is_on() {
-                return Ok(None);
-            }
+        // a body on its thread).
+        let at = self.policy.unqueued_limit();
+        if !self.pending_reached(at.limit) && !self.policy.unqueued_below_limit(at) {
+            return Ok(None);
         }
         let ticket = self.unqueued_ticket_now()?;
-        if ticket.is_some() && !to_low_water && self.run_on_pusher {
-            self.unqueued_to_low_water.store(true, std_atomic::Ordering::Relaxed);
+        if ticket.is_some() {
+            self.policy.note_unqueued(at);
         }
         Ok(ticket)
     }
@@ -600,10 +459,10 @@ impl Core {
         }
         // Keep this thread's order: its bulked pushes go first.
         self.flush_bulk()?;
-        self.check_open()?;
+        self.life.check_open()?;
         let mut after_close = false;
         let ticket = self.take_ticket(|| {
-            after_close = self.shutting_down.load(Ordering::Relaxed);
+            after_close = self.life.is_closing();
             true
         });
         Ok(ticket.map(|ticket| UnqueuedTicket { ticket, after_close }))
@@ -633,7 +492,7 @@ impl Core {
     /// is the other.
     #[inline(always)]
     pub(crate) fn stint_takes(&self, opts: &PushOpts) -> bool {
-        self.pusher_runs.is_on() && opts.prop == FnProperty::Normal && !opts.ctx.is_gpu()
+        self.policy.runs.is_on() && opts.prop == FnProperty::Normal && !opts.ctx.is_gpu()
     }
 
     /// Whether a push from this thread may run operations inside itself
@@ -642,7 +501,7 @@ impl Core {
     /// this engine (whose own operation is pending, and holds its
     /// variables).
     pub(crate) fn may_run_ready_here(&self) -> bool {
-        self.traits.runs_on_pushers && self.profiler.session() == 0 && self.diagnosis.is_none() && !self.in_own_body()
+        self.traits.runs_on_pushers && !self.observe.watch_queues() && !self.in_own_body()
     }
 
     /// Schedules what a combining pass found ready (after it let go).
@@ -670,7 +529,7 @@ impl Core {
     /// is rejected. Returns whether this call closed it.
     pub(crate) fn close(&self) -> bool {
         let mut closed_now = false;
-        self.flush_dispatcher(|| closed_now = !self.shutting_down.swap(true, Ordering::SeqCst));
+        self.flush_dispatcher(|| closed_now = !self.life.shutting_down.swap(true, Ordering::SeqCst));
         closed_now
     }
 
@@ -702,11 +561,11 @@ impl Core {
     pub(crate) fn pending_reached(&self, limit: u64) -> bool {
         let dispatched = self.dispatcher.dispatched();
         let bound = self.pending.pending_at_most(dispatched);
-        if bound < limit && bound <= self.stats.pending_high_water() {
+        if bound < limit && bound <= self.observe.stats.pending_high_water() {
             return false;
         }
         let pending = self.pending.pending_seen(dispatched, limit);
-        self.stats.note_pending(pending);
+        self.observe.stats.note_pending(pending);
         pending >= limit
     }
 
@@ -773,9 +632,9 @@ impl Core {
             // so ordered before this one) marks its variable before it
             // adds one. The same count here: none has been dispatched
             // since, and the checks still hold. Otherwise look at each.
-            let live = self.deletions_dispatched.load(Ordering::Relaxed) == meta.deletions_seen
+            let live = self.vars.deletions_dispatched() == meta.deletions_seen
                 || deps.iter().all(|d| self.vars.get(d.slot()).dispatchable(d.gen));
-            if !live || self.shutting_down.load(Ordering::Relaxed) {
+            if !live || self.life.is_closing() {
                 // A variable's deletion, or the engine's closing, was
                 // linearized before this operation.
                 let why = if live { PUSHED_AT_SHUTDOWN } else { "uses a deleted variable" };
@@ -788,11 +647,9 @@ impl Core {
                 for d in deps {
                     self.vars.get(d.slot()).life.fetch_or(DELETE_DISPATCHED, Ordering::AcqRel);
                 }
-                // Only the combiner writes the count: no locked instruction.
-                let count = self.deletions_dispatched.load(Ordering::Relaxed);
-                self.deletions_dispatched.store(count + 1, Ordering::Release);
+                self.vars.note_deletion_dispatched();
             }
-            if self.diagnosis.is_some() {
+            if self.observe.diagnosis.is_some() {
                 self.diag_dispatched(block, meta, deps);
             }
             // `wait` counts every variable; the grants the appends make at
@@ -854,7 +711,7 @@ impl Core {
         if block.wait.fetch_sub(1, Ordering::AcqRel) == 1 {
             // SAFETY: taking `wait` to zero made us the block's owner.
             if unsafe { block.meta() }.profile_session != 0 {
-                self.profiler.stamp_made_ready_by(block, by);
+                self.observe.profiler.stamp_made_ready_by(block, by);
             }
             self.schedule(op);
         }
@@ -876,7 +733,7 @@ impl Core {
         let block = self.oprs.get(op);
         // SAFETY: a ready block is owned by whoever schedules it (phase 3).
         let meta = unsafe { block.meta() };
-        if meta.profile_session != 0 || self.diagnosis.is_some() {
+        if meta.profile_session != 0 || self.observe.diagnosis.is_some() {
             self.observe_ready(block, meta);
         }
         if matches!(meta.kind, OprKind::Wait(_)) || meta.rejected.is_some() {
@@ -889,7 +746,7 @@ impl Core {
             crate::exec::inline::run_inline(self, op);
         } else if at_dispatch && self.stint_takes(&meta.opts) && self.may_run_ready_here() {
             crate::exec::inline::run_inline(self, op);
-            self.pusher_runs.note_run();
+            self.policy.runs.note_run();
         } else {
             self.executor.schedule(self, op, meta.opts.prop);
         }
@@ -948,7 +805,7 @@ impl Core {
     /// anything; otherwise it pushes a marker reading (or writing) `var`
     /// and blocks until the marker runs.
     ///
-    /// `slot` is `var`'s, as [`slot_of`](Self::slot_of) found it valid; the
+    /// `slot` is `var`'s, as [`Variables::slot_of`] found it valid; the
     /// ask checks again under the dispatcher.
     pub(crate) fn wait_var(&self, var: Var, slot: &VarSlot, write: bool) -> Result<(), EngineError> {
         // Keep this thread's order: its bulked pushes go first.
@@ -963,7 +820,7 @@ impl Core {
             at_once = self.wait_var_at_once(var, slot, write);
         }
         if let Some(answer) = at_once {
-            self.stats.waited_at_once();
+            self.observe.stats.waited_at_once();
             return answer;
         }
         let ws = self.waits.take();
@@ -974,7 +831,7 @@ impl Core {
             self.waits.give(ws);
             return Err(e);
         }
-        self.stats.waited();
+        self.observe.stats.waited();
         let watched = self.diag_wait_begin(Some(var), write);
         let (error, last) = self.waits.get(ws).wait(self.helper());
         self.diag_wait_end(watched);
@@ -994,7 +851,7 @@ impl Core {
         // look, so the queue's answer holds until we have read the value's
         // failure.
         self.flush_dispatcher(|| {
-            if self.shutting_down.load(Ordering::Relaxed) || !slot.dispatchable(var.gen) {
+            if self.life.is_closing() || !slot.dispatchable(var.gen) {
                 return;
             }
             // We hold the dispatcher (the appender's role): the answer holds.
@@ -1040,12 +897,12 @@ impl Runner for Core {
     }
 
     fn profiler(&self) -> &Profiler {
-        &self.profiler
+        &self.observe.profiler
     }
 
     #[cfg(feature = "cuda")]
     #[inline]
-    fn vars(&self) -> &Pool<VarSlot> {
+    fn vars(&self) -> &Variables {
         &self.vars
     }
 
@@ -1103,7 +960,7 @@ mod tests {
                 live = engine.new_var();
             }
             assert_ne!(live.slot, first.slot, "{kind:?}: the retired slot was handed out again");
-            assert_eq!(core.retired_var_slots(), 1);
+            assert_eq!(core.vars.retired(), 1);
             for s in stale {
                 assert_eq!(engine.push_sync(|_| {}, &[], &[s]), Err(EngineError::DeletedVar), "{kind:?} {s:?}");
                 assert_eq!(engine.delete_var(s, || {}), Err(EngineError::DeletedTwice), "{kind:?} {s:?}");
@@ -1121,10 +978,10 @@ mod tests {
         let spares = offset_of!(Core, spare_blocks);
         assert_eq!(spares % 64, 0);
         for (name, offset) in [
-            ("shutting_down", offset_of!(Core, shutting_down)),
-            ("cancelling", offset_of!(Core, cancelling)),
-            ("profiler", offset_of!(Core, profiler)),
-            ("diagnosis", offset_of!(Core, diagnosis)),
+            ("shutting_down", offset_of!(Core, life.shutting_down)),
+            ("cancelling", offset_of!(Core, life.cancelling)),
+            ("profiler", offset_of!(Core, observe.profiler)),
+            ("diagnosis", offset_of!(Core, observe.diagnosis)),
             ("executor", offset_of!(Core, executor)),
         ] {
             assert_ne!(line(offset), line(spares), "{name} shares the spare blocks' cache line");

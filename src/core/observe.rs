@@ -12,17 +12,17 @@ use crate::observe::profiler::OTHER_LANES;
 impl Core {
     /// At dispatch (the combiner owns the block): publishes its copy.
     pub(crate) fn diag_dispatched(&self, block: &OprBlock, meta: &Meta, deps: &[Dep]) {
-        block.diag.dispatched(meta, deps, self.profiler.now());
+        block.diag.dispatched(meta, deps, self.observe.profiler.now());
     }
 
     /// Before the body runs, on the running thread.
     pub(crate) fn diag_running(&self, block: &OprBlock, worker: Option<usize>) {
-        block.diag.running(self.profiler.lane(worker), self.profiler.now());
+        block.diag.running(self.observe.profiler.lane(worker), self.observe.profiler.now());
     }
 
     /// The body returned.
     pub(crate) fn diag_body_returned(&self, block: &OprBlock) {
-        block.diag.body_returned(self.profiler.now());
+        block.diag.body_returned(self.observe.profiler.now());
     }
 
     /// Every variable granted the operation (profiling or diagnosing).
@@ -30,22 +30,22 @@ impl Core {
     #[inline(never)]
     pub(crate) fn observe_ready(&self, block: &OprBlock, meta: &Meta) {
         if meta.profile_session != 0 {
-            self.profiler.stamp_ready(block);
+            self.observe.profiler.stamp_ready(block);
         }
-        if self.diagnosis.is_some() {
-            block.diag.ready(self.profiler.now());
+        if self.observe.diagnosis.is_some() {
+            block.diag.ready(self.observe.profiler.now());
         }
     }
 
     /// Registers a wait that is about to block (on `var`, or on everything);
     /// returns its entry for [`diag_wait_end`](Self::diag_wait_end).
     pub(crate) fn diag_wait_begin(&self, var: Option<Var>, write: bool) -> Option<usize> {
-        self.diagnosis.as_ref()?.wait_begin(var, write, self.profiler.now())
+        self.observe.diagnosis.as_ref()?.wait_begin(var, write, self.observe.profiler.now())
     }
 
     /// The wait registered as `entry` returned.
     pub(crate) fn diag_wait_end(&self, entry: Option<usize>) {
-        if let Some(diag) = &self.diagnosis {
+        if let Some(diag) = &self.observe.diagnosis {
             diag.wait_end(entry);
         }
     }
@@ -53,18 +53,18 @@ impl Core {
     /// One watchdog pass: reports every wait older than the threshold that
     /// was not reported yet.
     pub(crate) fn watchdog_pass(&self) {
-        if let Some(diag) = &self.diagnosis {
-            diag.watchdog_pass(self.id, self.profiler.now(), |var| self.pending_report(var));
+        if let Some(diag) = &self.observe.diagnosis {
+            diag.watchdog_pass(self.id, self.observe.profiler.now(), |var| self.pending_report(var));
         }
     }
 
     /// Everything in flight (on `var`, if given), from the blocks' copies
     /// (none without hang diagnosis).
     pub(crate) fn pending_report(&self, var: Option<Var>) -> HangReport {
-        let used = if self.diagnosis.is_some() { self.oprs.capacity_used() as u32 } else { 0 };
+        let used = if self.observe.diagnosis.is_some() { self.oprs.capacity_used() as u32 } else { 0 };
         let slots = (0..used).map(|i| &self.oprs.get(i).diag);
         let lanes = (0..self.traits.worker_threads + OTHER_LANES).map(|l| self.lane_name(l)).collect();
-        Diagnosis::pending_report(slots, self.id, self.profiler.now(), var, lanes)
+        Diagnosis::pending_report(slots, self.id, self.observe.profiler.now(), var, lanes)
     }
 
     /// The name of profiler lane `lane` (as traces and hang reports show it).

@@ -60,16 +60,16 @@ impl Core {
             self.complete_and_finish(op, None);
             return;
         }
-        self.stats.ran(worker);
+        self.observe.stats.ran(worker);
         let profiled = meta.profile_session != 0;
         if profiled {
-            self.profiler.stamp_start(block, worker);
+            self.observe.profiler.stamp_start(block, worker);
         }
-        if self.diagnosis.is_some() {
+        if self.observe.diagnosis.is_some() {
             self.diag_running(block, worker);
         }
         if let Some(failure) = self.inherited_failure(block, meta) {
-            self.stats.skipped();
+            self.observe.stats.skipped();
             self.complete_and_finish(op, Some(&failure));
             return;
         }
@@ -105,9 +105,9 @@ impl Core {
         let outcome = catch_unwind(AssertUnwindSafe(|| self.invoke(block, &ctx, Some(self.completion(op)))));
         CURRENT_OP.with(|c| c.set(outer));
         if profiled {
-            self.profiler.stamp_body_end(block);
+            self.observe.profiler.stamp_body_end(block);
         }
-        if self.diagnosis.is_some() {
+        if self.observe.diagnosis.is_some() {
             self.diag_body_returned(block);
         }
         let state = block.run_state.swap(BODY_IDLE, Ordering::AcqRel);
@@ -119,7 +119,7 @@ impl Core {
         } else if let Some(message) = panic {
             // The Completion was handed off before the panic and will still
             // complete the operation; the panic is reported by `wait_all`.
-            self.first_error.record(&OpError::new(name, message));
+            self.life.first_error.record(&OpError::new(name, message));
         }
         self.release(op);
     }
@@ -141,9 +141,9 @@ impl Core {
             let outer = CURRENT_OP.with(|c| c.replace((self, UNQUEUED)));
             let outcome = catch_unwind(AssertUnwindSafe(|| body(&ctx)));
             CURRENT_OP.with(|c| c.set(outer));
-            if self.pusher_runs.is_on() {
+            if self.policy.runs.is_on() {
                 // It counts towards the stint's pace (`pusher_runs.rs`).
-                self.pusher_runs.note_run();
+                self.policy.runs.note_run();
             } else {
                 crate::policy::inline_pace::note_run();
             }
@@ -157,8 +157,8 @@ impl Core {
     /// Counts a failed operation and keeps its failure for `wait_all`.
     #[inline]
     pub(crate) fn record_failure(&self, failure: &Arc<OpError>) {
-        self.stats.failed();
-        self.first_error.record(failure);
+        self.observe.stats.failed();
+        self.life.first_error.record(failure);
     }
 
     /// The failure that makes `block` skip its body, if any.
@@ -182,13 +182,13 @@ impl Core {
     /// changes the failures of the variables it reads meanwhile.
     #[inline]
     pub(crate) unsafe fn skip_failure(&self, user: bool, opts: &PushOpts, deps: &[Dep]) -> Option<Arc<OpError>> {
-        if user && self.cancelling.load(Ordering::Relaxed) {
+        if user && self.life.is_cancelling() {
             return Some(OpError::new(opts.name, "cancelled: the engine shut down before it ran"));
         }
         // No variable holds a failure before the flag is set; a write that
         // stored one set it before its release, which granted us after
         // (`VarSlot::finish_write`), so this relaxed load sees it.
-        if opts.no_skip || !self.failures_held.load(Ordering::Relaxed) {
+        if opts.no_skip || !self.vars.failures_held.load(Ordering::Relaxed) {
             return None;
         }
         // SAFETY: per the contract.
@@ -356,7 +356,7 @@ impl Core {
             },
         };
         if meta.profile_session != 0 {
-            self.profiler.stamp_end(block, failure.is_some());
+            self.observe.profiler.stamp_end(block, failure.is_some());
         }
         if let Some(failure) = failure {
             if !matches!(meta.kind, OprKind::Wait(_)) {
@@ -403,7 +403,7 @@ impl Core {
             // granted that one before its outcome is recorded too.
             let mut granted = unsafe {
                 if d.writes() && changes_values {
-                    slot.finish_write(failure, &self.failures_held);
+                    slot.finish_write(failure, &self.vars.failures_held);
                 }
                 if d.writes() {
                     slot.queue().complete_write(&self.blocks)
@@ -422,7 +422,7 @@ impl Core {
             freed.append(&self.blocks, granted.take_freed());
             if deletes {
                 // The deletion held the variable's last access.
-                self.free_var(d.slot());
+                self.vars.free(d.slot(), &self.blocks);
             }
         }
         freed
@@ -442,14 +442,14 @@ impl Core {
         let block = self.oprs.get(op);
         #[cfg(debug_assertions)]
         block.transition(op, crate::graph::opr::phase::RUNNING, crate::graph::opr::phase::FREE);
-        if self.diagnosis.is_some() {
+        if self.observe.diagnosis.is_some() {
             block.diag.finished();
         }
         // SAFETY: completed and unreferenced: exclusively ours until given back.
         unsafe {
             let meta = block.meta_mut();
             if meta.profile_session != 0 {
-                self.profiler.record_finished(block, meta);
+                self.observe.profiler.record_finished(block, meta);
                 meta.profile_session = 0;
             }
             meta.rejected = None;

@@ -56,14 +56,14 @@ impl Core {
         if self.in_own_body() {
             return;
         }
-        let runs = &self.pusher_runs;
+        let runs = &self.policy.runs;
         if runs.is_on() {
             if !self.hold_under(runs.low_water(), None) {
                 runs.stop(0);
             }
             return;
         }
-        self.hold_under(self.max_pending, None);
+        self.hold_under(self.policy.max_pending, None);
         if runs.probe_due() {
             self.probe_running_here();
         }
@@ -75,15 +75,15 @@ impl Core {
     /// as its limit.
     #[cold]
     pub(crate) fn probe_running_here(&self) {
-        if !self.pusher_runs.worth_a_probe() || !self.may_run_ready_here() {
+        if !self.policy.runs.worth_a_probe() || !self.may_run_ready_here() {
             return;
         }
         // Held completions, or other threads' pushes, may keep the count
         // up: then there is no stint to start.
-        if self.hold_under(1, Some(Instant::now() + PROBE_WAIT)) && self.pusher_runs.start() {
-            self.stats.stint_started();
+        if self.hold_under(1, Some(Instant::now() + PROBE_WAIT)) && self.policy.runs.start() {
+            self.observe.stats.stint_started();
         } else {
-            self.pusher_runs.stop(0);
+            self.policy.runs.stop(0);
         }
     }
 
@@ -91,7 +91,7 @@ impl Core {
     /// module docs; and at `until`, if given); returns whether it got
     /// there.
     fn hold_under(&self, cap: u64, until: Option<Instant>) -> bool {
-        self.stats.throttled();
+        self.observe.stats.throttled();
         self.traits.note_throttled_pusher();
         let helps = self.traits.throttled_pushers_help;
         let quarter = (cap / SLEEP_DRAIN_DIVISOR).max(1);
@@ -140,7 +140,7 @@ impl Core {
         if pending <= low_water {
             return false;
         }
-        self.stats.throttle_slept();
+        self.observe.stats.throttle_slept();
         self.pending.sleep_until_finished(finished + (pending - low_water), SLEEP_LIMIT);
         true
     }

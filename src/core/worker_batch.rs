@@ -76,7 +76,7 @@ impl Core {
     pub(crate) fn help_once(&self) -> bool {
         let ran = helping(|| self.executor.help(self));
         if ran {
-            self.stats.helped();
+            self.observe.stats.helped();
         }
         ran
     }

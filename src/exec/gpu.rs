@@ -353,7 +353,7 @@ impl<R: Runner> Executor<R> for GpuExecutor<R> {
 mod tests {
     use super::*;
     use crate::exec::WorkerState;
-    use crate::graph::var::VarSlot;
+    use crate::graph::var::Variables;
     use crate::mem::pool::Pool;
     use crate::observe::profiler::Profiler;
     use crate::sync::AtomicBool;
@@ -381,7 +381,7 @@ mod tests {
         fn profiler(&self) -> &Profiler {
             unreachable!("no worker starts in this test")
         }
-        fn vars(&self) -> &Pool<VarSlot> {
+        fn vars(&self) -> &Variables {
             unreachable!("no variable is used in this test")
         }
         fn gpu_used(&self) -> &AtomicBool {

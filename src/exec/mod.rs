@@ -186,7 +186,7 @@ pub(crate) trait Runner: Send + Sync + 'static {
 
     /// The variables' slots (their GPU fences).
     #[cfg(feature = "cuda")]
-    fn vars(&self) -> &Pool<crate::graph::var::VarSlot>;
+    fn vars(&self) -> &crate::graph::var::Variables;
 
     /// Set when the first GPU operation is scheduled.
     #[cfg(feature = "cuda")]

@@ -6,6 +6,7 @@ pub(crate) mod bulk_buf;
 pub(crate) mod dispatch;
 #[cfg(feature = "cuda")]
 pub(crate) mod gpu;
+pub(crate) mod lifecycle;
 pub(crate) mod operator;
 pub(crate) mod opr;
 pub(crate) mod stamps;

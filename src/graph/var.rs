@@ -178,3 +178,128 @@ impl VarSlot {
         version.store(version.load(Ordering::Relaxed) + 1, Ordering::Release);
     }
 }
+
+/// An engine's variables: their slots, and what the dispatcher and the
+/// runners track of them all.
+pub(crate) struct Variables {
+    /// The engine's id, which its variables' handles carry.
+    engine: u32,
+    slots: Pool<VarSlot>,
+    /// Set before the first failure is stored on a variable
+    /// (`VarSlot::finish_write`), never cleared: while it is false no
+    /// variable holds a failure, and a run need not look at the variables
+    /// it reads (`Core::skip_failure`).
+    pub(crate) failures_held: AtomicBool,
+    /// Deletions dispatched so far (written only by the combiner, after it
+    /// marks the variable `DELETE_DISPATCHED`). A push notes it before it
+    /// checks its variables (`Meta::deletions_seen`); its dispatch finds it
+    /// unchanged in the common case and then knows every variable is still
+    /// live without looking at each one again (`Core::dispatch`).
+    deletions_dispatched: AtomicU64,
+    /// Slots retired at the end of their generations ([`free`](Self::free)).
+    retired: std::sync::atomic::AtomicU64,
+}
+
+impl Variables {
+    /// No variables yet, for engine `engine`.
+    pub(crate) fn new(engine: u32) -> Self {
+        Variables {
+            engine,
+            slots: Pool::new(),
+            failures_held: AtomicBool::new(false),
+            deletions_dispatched: AtomicU64::new(0),
+            retired: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// The slot at index `slot`.
+    #[inline(always)]
+    pub(crate) fn get(&self, slot: u32) -> &VarSlot {
+        self.slots.get(slot)
+    }
+
+    /// A new variable, its queue's sentinel taken from `blocks`.
+    pub(crate) fn new_var(&self, blocks: &Pool<VarBlock>) -> Var {
+        let slot = self.slots.take();
+        assert!(slot < 1 << crate::graph::opr::SLOT_BITS, "depengine: more than 2^30 live variables");
+        let v = self.slots.get(slot);
+        // SAFETY: the slot was just taken, so nobody else touches it.
+        unsafe { v.reset(blocks) };
+        let gen = (v.life.load(Ordering::Acquire) >> 32) as u32;
+        Var { engine: self.engine, slot, gen }
+    }
+
+    /// The slot of a live variable of this engine.
+    #[inline]
+    pub(crate) fn slot_of(&self, var: Var) -> Result<&VarSlot, EngineError> {
+        if var.engine != self.engine {
+            return Err(EngineError::ForeignVar);
+        }
+        let slot = self.slots.get(var.slot);
+        slot.check(var)?;
+        Ok(slot)
+    }
+
+    /// Marks `var` as being deleted; a second call is an error.
+    pub(crate) fn request_delete(&self, var: Var) -> Result<(), EngineError> {
+        if var.engine != self.engine {
+            return Err(EngineError::ForeignVar);
+        }
+        let slot = self.slots.get(var.slot);
+        let mut life = slot.life.load(Ordering::Acquire);
+        loop {
+            if (life >> 32) as u32 != var.gen || life & DELETE_REQUESTED != 0 {
+                return Err(EngineError::DeletedTwice);
+            }
+            match slot.life.compare_exchange_weak(life, life | DELETE_REQUESTED, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return Ok(()),
+                Err(actual) => life = actual,
+            }
+        }
+    }
+
+    /// Gives a deleted variable's slot back, bumping its generation; its
+    /// queue's blocks go back to `blocks`.
+    ///
+    /// A slot whose generation is the last (`u32::MAX`) is retired instead:
+    /// never given back, its `life` marked deleted for good, so that no
+    /// stale handle of any generation is ever taken for a new variable.
+    /// The cost is one slot (two cache lines) per 2^32 deletions of it.
+    pub(crate) fn free(&self, slot_index: u32, blocks: &Pool<VarBlock>) {
+        let slot = self.slots.get(slot_index);
+        // SAFETY: the deletion held the last access and nothing can be
+        // appended after a dispatched deletion, so the queue is idle and ours.
+        unsafe { slot.release(blocks) };
+        let gen = slot.life.load(Ordering::Acquire) >> 32;
+        if gen == u64::from(u32::MAX) {
+            slot.life.store(gen << 32 | DELETE_REQUESTED | DELETE_DISPATCHED, Ordering::Release);
+            self.retired.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
+        slot.life.store((gen + 1) << 32, Ordering::Release);
+        self.slots.give(slot_index);
+    }
+
+    /// Variables alive (created and not deleted), less the retired slots.
+    pub(crate) fn live(&self) -> usize {
+        self.slots.live() - self.retired() as usize
+    }
+
+    /// Variable slots retired at the end of their generations.
+    pub(crate) fn retired(&self) -> u64 {
+        self.retired.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Deletions dispatched so far (see the field).
+    #[inline(always)]
+    pub(crate) fn deletions_dispatched(&self) -> u64 {
+        self.deletions_dispatched.load(Ordering::Acquire)
+    }
+
+    /// Counts a deletion the combiner dispatched (after marking its
+    /// variable). Only the combiner writes the count: no locked instruction.
+    pub(crate) fn note_deletion_dispatched(&self) {
+        let count = self.deletions_dispatched.load(Ordering::Relaxed);
+        self.deletions_dispatched.store(count + 1, Ordering::Release);
+    }
+}

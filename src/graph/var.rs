@@ -265,6 +265,8 @@ impl Variables {
     /// never given back, its `life` marked deleted for good, so that no
     /// stale handle of any generation is ever taken for a new variable.
     /// The cost is one slot (two cache lines) per 2^32 deletions of it.
+    #[cold]
+    #[inline(never)]
     pub(crate) fn free(&self, slot_index: u32, blocks: &Pool<VarBlock>) {
         let slot = self.slots.get(slot_index);
         // SAFETY: the deletion held the last access and nothing can be

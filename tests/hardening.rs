@@ -690,7 +690,7 @@ isolated! {
 // ---- the contract a push makes ---------------------------------------------
 
 isolated! {
-    /// Issue 62's deadlock (7): after a stretch of tiny pushes, a body that
+    /// The push-contract deadlock: after a stretch of tiny pushes, a body that
     /// waits for what its pusher does only after the push. By default a
     /// push never runs a body with variables on the pushing thread (below
     /// the cap by the contract, and at the cap these engines' pushers yield

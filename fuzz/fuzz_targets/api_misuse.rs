@@ -1,5 +1,5 @@
 //! Fuzzes the API with misuse: random sequences of calls on a fresh engine
-//! of each kind, including every bad input of SPEC §4 — deleted, twice
+//! of each kind, including every bad input the failure rules name — deleted, twice
 //! deleted and foreign variables, GPU contexts that do not exist, waits
 //! from inside an operation on a variable it holds (and `wait_all` /
 //! `shutdown` from inside any operation), pushes after shutdown, operators

@@ -256,7 +256,7 @@ fn a_push_racing_a_deletion_never_runs_after_it() {
     });
 }
 
-/// Plain data that operations share without a lock, as SPEC §1's memory
+/// Plain data that operations share without a lock, as the crate docs' memory
 /// guarantee allows: a loom `UnsafeCell`, whose every access loom checks
 /// for a data race (an access not ordered by happens-before with a write
 /// is reported).

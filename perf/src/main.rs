@@ -24,11 +24,11 @@
 //!   --json PATH                also write the results as JSON
 //!   --svg PATH                 also draw them as an SVG bar chart (log scale)
 //!   --markdown PATH            also write them as markdown tables, with the
-//!                              peers' ratios and issue 3's targets (`targets.rs`;
+//!                              peers' ratios and the targets (`targets.rs`;
 //!                              what perf/report.sh puts in PERF.md)
 //!   --chain-pairs K            after the rows, take `chain` ÷ `nodeps` at W=0
 //!                              side by side on each of our engines: K pairs of
-//!                              repetitions, one of each in turn (issue 3's
+//!                              repetitions, one of each in turn (the
 //!                              target; rows minutes apart meet different host
 //!                              states); not with --take-turns
 //!   --quick                    N/100 and 2 repetitions (a smoke run)
@@ -64,7 +64,7 @@
 //! and after the rows, the cache-line round trip before and after each
 //! round of each row, and, for a row with W > 0, the body figures at that
 //! W before and after our engines' turn in each round, whose floor that
-//! round's ratios are taken against (issue 3's W=1000 target,
+//! round's ratios are taken against (the W=1000 target,
 //! `targets.rs`, reads the W=1000 rows); the figures are printed and
 //! written with the tables.
 

@@ -40,7 +40,7 @@
 //!   `depengine-perf` also takes these two figures alone ([`bodies`])
 //!   around each round of every row with W > 0, at that row's W, so that
 //!   the row's rounds are compared with floors of the same minutes and
-//!   the same body (issue 3's target reads the W=1000 rows; another W
+//!   the same body (the target reads the W=1000 rows; another W
 //!   shows how the engine's share moves with the body's length).
 
 use crate::measure::median;

@@ -1,4 +1,4 @@
-//! Issue 3's performance targets read off a run's rows, for the markdown
+//! The performance targets read off a run's rows, for the markdown
 //! report: per depengine engine, `chain` ÷ `nodeps` at W=0 (target: 2 or
 //! less) and each parallel workload's W=1000 ns/op over the two-worker
 //! floor (target: 1.10 or less).
@@ -89,7 +89,7 @@ pub(crate) fn markdown(rows: &[Row], states: [Option<&MachineState>; 2], side: &
     let one_cpu = states.iter().flatten().any(|st| st.on_one_cpu());
     if engines.iter().any(|e| workloads.iter().any(|wl| over_round_floor(e, wl).is_some())) {
         let (floor_is, target) = if one_cpu {
-            (ONE_CPU_FLOOR, "issue 3's target, 1.10 or less, is for two CPUs and more")
+            (ONE_CPU_FLOOR, "the target, 1.10 or less, is for two CPUs and more")
         } else {
             ("the two-worker floor", "target: 1.10 or less")
         };
@@ -108,7 +108,7 @@ pub(crate) fn markdown(rows: &[Row], states: [Option<&MachineState>; 2], side: &
     if s.is_empty() {
         return s;
     }
-    format!("### Issue 3's targets\n\n{s}")
+    format!("### Targets\n\n{s}")
 }
 
 /// The per-round ratios again, split by the state of the cores while our

@@ -272,10 +272,9 @@ impl Sleep {
     /// [`Spun::LeftToWaiters`]. A thread is running push-then-wait round
     /// trips and takes each of its operations itself; a spinner on another
     /// core that keeps polling only pulls the ring's lines away from it
-    /// each round (pooled's pingpong: 550 ns a round trip against 125), and
-    /// a spinner pinned to the waiter's own core takes turns with it for
-    /// that core (per_device, a tight push-then-wait loop: 250–670 ns a
-    /// round trip on average against 80 for pooled with the nap). So the
+    /// each round (pooled's pingpong several times slower), and a spinner
+    /// pinned to the waiter's own core takes turns with it for that core
+    /// (perf/journal/2026-11-24.md, eighth round). So the
     /// spinner sleeps instead, for at most `limit`,
     /// *still counted as spinning*: a waiter's own publish relies on the
     /// waiter and wakes nobody, as with a pinned spinner, while any other

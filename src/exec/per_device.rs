@@ -71,7 +71,7 @@
 //! one told about several. A
 //! push from a thread that has just waited on the engine is marked in the
 //! injector, and a spinner leaves such an operation alone for
-//! [`WAITER_GRACE`](crate::base::tuning::WAITER_GRACE) (300 ns) while it is the
+//! [`WAITER_GRACE`](crate::base::tuning::WAITER_GRACE) while it is the
 //! only one there: that thread most likely waits for it next and runs it
 //! itself (`help`), so the round trip stays on one core (pingpong p99
 //! about 20 % lower, A/B in perf/journal/2026-11-25.md); all other work is taken at once.

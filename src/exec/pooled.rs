@@ -24,12 +24,12 @@
 //! push from a thread that has just waited on the engine (`wait_var`,
 //! `wait_all`) is marked on the ring: that thread most likely waits for it
 //! next and runs it itself (`help`), so a spinner leaves such an operation
-//! alone for [`WAITER_GRACE`](crate::base::tuning::WAITER_GRACE) (300 ns) while it
+//! alone for [`WAITER_GRACE`](crate::base::tuning::WAITER_GRACE) while it
 //! is the only one ready, and the round trip stays on one core (pingpong,
 //! perf/journal/). Anything else is taken at once: a grace on every lone
-//! operation would delay any thread's single push by 300 ns, and in
-//! pingpong it let the spinners run out and park, so that p99.9 went from
-//! 0.9 to 11 µs.
+//! operation would delay any thread's single push by the grace, and in
+//! pingpong it let the spinners run out and park, so that p99.9 grew
+//! tenfold.
 
 use super::inline::{run_inline, run_queued_one};
 use super::park::{push_and_wake, Sleep, Spun};

@@ -7,10 +7,10 @@
 //! (`Core::unqueued_ticket`). Past that point it goes on doing so only
 //! while its runs come faster than the engine's inline pace
 //! ([`EngineBuilder::inline_pace`](crate::EngineBuilder::inline_pace)):
-//! then the bodies are so short that handing one to a worker (about 60 ns
-//! of the pusher's time on the two-core hosts, where a run inside the push
-//! takes 11) costs the pusher more than running it, and a worker's help
-//! does not pay for it (perf/journal/2026-11-27.md, "2026-11-27, eighth session").
+//! then the bodies are so short that handing one to a worker (several
+//! times what a run inside the push costs the pusher) costs more than
+//! running it, and a worker's help does not pay for it
+//! (perf/journal/2026-11-27.md, eighth session).
 //!
 //! # The windows
 //!

@@ -3,9 +3,9 @@
 //! When bodies are tiny, handing an operation to a worker costs more than
 //! running it: its operation block, its variable blocks and each
 //! variable's lines cross cores, while the pusher, running it inside the
-//! push, finds them all in its own cache. On the two-core hosts `random`
-//! at W=0 takes about 200 ns/op queued and 93 run on the pusher (perf/journal/2026-11-27.md,
-//! "2026-11-27, ninth session"). The engine therefore switches between two
+//! push, finds them all in its own cache (`random` at W=0 about twice as
+//! fast run on the pusher; perf/journal/2026-11-27.md, ninth session).
+//! The engine therefore switches between two
 //! ways of treating a ready operation, measuring both as the pushing
 //! thread sees them: how often its pushes come (`inline_pace.rs`, one
 //! clock read per window of 64).
@@ -38,8 +38,8 @@
 //! - **Back to queuing** when the pace of the runs has been no quicker
 //!   than the limit at [`SLOW_ENDS`] window ends in a row, or is
 //!   [`LOSING`] times the limit (the bodies, or the program between the
-//!   pushes, got slower: at W=1000 a run takes about 1.5 µs against
-//!   800–1,000 ns a queued push), or when a wait at the low water gives
+//!   pushes, got slower: at W=1000 a run on the pusher takes longer than
+//!   a queued push costs it), or when a wait at the low water gives
 //!   up (nothing drains: completions held on purpose). The next probe is
 //!   due after a pause, which doubles each time a stint (or a probe) ends
 //!   within its first [`PROBATION`] windows, up to [`MAX_PAUSE`], and is

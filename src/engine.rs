@@ -480,7 +480,7 @@ impl Engine {
     pub fn pool_stats(&self) -> PoolStats {
         self.core.return_spare_blocks();
         PoolStats {
-            live_ops: self.core.live_op_blocks(),
+            live_ops: self.core.op_caches.live(&self.core.oprs),
             live_var_blocks: self.core.blocks.live(),
             live_vars: self.core.vars.live(),
             retired_var_slots: self.core.vars.retired() as usize,

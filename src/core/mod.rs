@@ -28,7 +28,7 @@ use crate::graph::var::{Var, VarSlot, Variables, DELETE_DISPATCHED};
 use crate::graph::var_queue::VarBlock;
 use crate::graph::wait::{Helper, PendingCounter, WaitSlot};
 use crate::mem::completion::CompletionSink;
-use crate::mem::pool::{Pool, SharedTakeCache, ThreadCaches, NIL};
+use crate::mem::pool::{Pool, PusherCaches, NIL};
 use crate::mem::sweep::SweepCache;
 use crate::observe::diagnose::HangHandler;
 use crate::observe::profiler::Profiler;
@@ -120,12 +120,8 @@ pub(crate) struct Settings {
 pub(crate) struct Core {
     pub(crate) id: u32,
     pub(crate) oprs: Pool<OprBlock>,
-    /// Free operation blocks per thread slot (`pool::ThreadCaches`), for
-    /// pushing threads.
-    op_blocks_mine: ThreadCaches,
-    /// Free operation blocks for pushing threads without a slot, one at a
-    /// time (see `pool::SharedTakeCache`); its own line.
-    op_cache: CachePadded<SharedTakeCache>,
+    /// The free operation blocks pushing threads take (`PusherCaches`).
+    pub(crate) op_caches: PusherCaches,
     pub(crate) blocks: Pool<VarBlock>,
     /// The variables' slots and what the dispatcher tracks of them
     /// (`graph/var.rs`).
@@ -179,8 +175,7 @@ impl Core {
             id,
             // Blocks are given back on workers and taken on pushers.
             oprs: Pool::new().prefetching(workers > 0),
-            op_blocks_mine: ThreadCaches::default(),
-            op_cache: CachePadded::default(),
+            op_caches: PusherCaches::default(),
             // Blocks die on workers too: swept in rounds (`sweep.rs`).
             blocks: Pool::new().prefetching(workers > 0).sweeping_from(if workers > 0 { SWEEP_ROUND } else { 0 }),
             vars: Variables::new(id),
@@ -281,7 +276,7 @@ impl Core {
         }
         // The block cache and the dispatcher's bias both go by this.
         let me = crate::mem::thread_slot::current();
-        let op = self.take_op_block(me);
+        let op = self.op_caches.take(&self.oprs, me);
         let block = self.oprs.get(op);
         #[cfg(debug_assertions)]
         block.transition(op, crate::graph::opr::phase::FREE, crate::graph::opr::phase::FILLED);
@@ -538,7 +533,7 @@ impl Core {
     /// the pools' live counts are exact (pool statistics; the slot caches'
     /// blocks are counted apart, `live_op_blocks`).
     pub(crate) fn return_spare_blocks(&self) {
-        self.op_cache.give_back(&self.oprs);
+        self.op_caches.give_back_shared(&self.oprs);
         self.flush_dispatcher(|| {
             // SAFETY: we hold the dispatcher, so no append runs meanwhile.
             self.spare_blocks.0.with_mut(|spares| unsafe { (*spares).give_back(&self.blocks) })
@@ -586,31 +581,6 @@ impl Core {
         self.oprs.give(op);
     }
 
-    /// Takes an operation block for a push: through the slot cache of the
-    /// calling thread (which holds slot `me`), else through the shared one.
-    #[inline(always)]
-    fn take_op_block(&self, me: Option<usize>) -> u32 {
-        self.op_blocks_mine.take(&self.oprs, me).unwrap_or_else(|| self.op_cache.take(&self.oprs))
-    }
-
-    /// Gives back the block of an operation that a waiting thread ran
-    /// (`worker_batch.rs`): into the thread's own slot cache when that is
-    /// empty (`ThreadCaches::keep_one`: a push-then-wait round trip reuses
-    /// one block, with no locked instruction), else to the pool.
-    #[inline(always)]
-    pub(crate) fn give_op_block(&self, op: u32) {
-        if !self.op_blocks_mine.keep_one(&self.oprs, op) {
-            self.oprs.give(op);
-        }
-    }
-
-    /// Operation blocks in use: taken and not given back, less those the
-    /// slot caches hold free. Exact only when no thread is pushing or
-    /// completing (pool statistics).
-    pub(crate) fn live_op_blocks(&self) -> usize {
-        self.oprs.live() - self.op_blocks_mine.cached(&self.oprs)
-    }
-
     // ----- dispatch (combiner only) ----------------------------------------
 
     /// Stamps `op`'s ticket and appends it to its variables' queues; adds it
@@ -650,7 +620,7 @@ impl Core {
                 self.vars.note_deletion_dispatched();
             }
             if self.observe.diagnosis.is_some() {
-                self.diag_dispatched(block, meta, deps);
+                self.observe.diag_dispatched(block, meta, deps);
             }
             // `wait` counts every variable; the grants the appends make at
             // once are taken off after the last append. Granters can take
@@ -734,7 +704,7 @@ impl Core {
         // SAFETY: a ready block is owned by whoever schedules it (phase 3).
         let meta = unsafe { block.meta() };
         if meta.profile_session != 0 || self.observe.diagnosis.is_some() {
-            self.observe_ready(block, meta);
+            self.observe.observe_ready(block, meta);
         }
         if matches!(meta.kind, OprKind::Wait(_)) || meta.rejected.is_some() {
             self.run(op, None);
@@ -787,9 +757,9 @@ impl Core {
     /// returns whether everything finished.
     pub(crate) fn wait_all_until(&self, deadline: Option<std::time::Instant>) -> bool {
         self.flush_dispatcher(|| {});
-        let watched = self.diag_wait_begin(None, false);
+        let watched = self.observe.diag_wait_begin(None, false);
         let finished = self.pending.wait_zero_until(&self.dispatcher, self.helper(), deadline);
-        self.diag_wait_end(watched);
+        self.observe.diag_wait_end(watched);
         crate::exec::park::note_waited();
         finished
     }
@@ -832,9 +802,9 @@ impl Core {
             return Err(e);
         }
         self.observe.stats.waited();
-        let watched = self.diag_wait_begin(Some(var), write);
+        let watched = self.observe.diag_wait_begin(Some(var), write);
         let (error, last) = self.waits.get(ws).wait(self.helper());
-        self.diag_wait_end(watched);
+        self.observe.diag_wait_end(watched);
         if last {
             self.waits.give(ws);
         }

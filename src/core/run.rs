@@ -66,7 +66,7 @@ impl Core {
             self.observe.profiler.stamp_start(block, worker);
         }
         if self.observe.diagnosis.is_some() {
-            self.diag_running(block, worker);
+            self.observe.diag_running(block, worker);
         }
         if let Some(failure) = self.inherited_failure(block, meta) {
             self.observe.stats.skipped();
@@ -108,7 +108,7 @@ impl Core {
             self.observe.profiler.stamp_body_end(block);
         }
         if self.observe.diagnosis.is_some() {
-            self.diag_body_returned(block);
+            self.observe.diag_body_returned(block);
         }
         let state = block.run_state.swap(BODY_IDLE, Ordering::AcqRel);
         let panic = outcome.err().map(crate::base::unwind::message_of);

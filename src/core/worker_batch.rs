@@ -134,7 +134,7 @@ impl Core {
         };
         let at_once = move || {
             if HELPING.with(Cell::get) {
-                self.give_op_block(op);
+                self.op_caches.give_back_one(&self.oprs, op);
             } else {
                 self.oprs.give(op);
             }

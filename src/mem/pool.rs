@@ -801,6 +801,47 @@ impl Default for ThreadCaches {
     }
 }
 
+/// The free blocks of one pool that pushing threads take: each thread
+/// slot's own ([`ThreadCaches`]), else the shared one ([`SharedTakeCache`],
+/// on its own line).
+#[derive(Default)]
+pub(crate) struct PusherCaches {
+    mine: ThreadCaches,
+    shared: CachePadded<SharedTakeCache>,
+}
+
+impl PusherCaches {
+    /// Takes a block for a push: through the slot cache of the calling
+    /// thread (which holds slot `me`), else through the shared one.
+    #[inline(always)]
+    pub(crate) fn take<T: Pooled>(&self, pool: &Pool<T>, me: Option<usize>) -> u32 {
+        self.mine.take(pool, me).unwrap_or_else(|| self.shared.take(pool))
+    }
+
+    /// Gives back the block of an operation that a waiting thread ran:
+    /// into the thread's own slot cache when that is empty
+    /// ([`ThreadCaches::keep_one`]: a push-then-wait round trip reuses one
+    /// block, with no locked instruction), else to the pool.
+    #[inline(always)]
+    pub(crate) fn give_back_one<T: Pooled>(&self, pool: &Pool<T>, index: u32) {
+        if !self.mine.keep_one(pool, index) {
+            pool.give(index);
+        }
+    }
+
+    /// Blocks in use: taken and not given back, less those the slot caches
+    /// hold free. Exact only when no thread is pushing or completing.
+    pub(crate) fn live<T: Pooled>(&self, pool: &Pool<T>) -> usize {
+        pool.live() - self.mine.cached(pool)
+    }
+
+    /// Returns the shared cache's free blocks to the pool (so that its
+    /// live count is exact).
+    pub(crate) fn give_back_shared<T: Pooled>(&self, pool: &Pool<T>) {
+        self.shared.give_back(pool);
+    }
+}
+
 impl ThreadCaches {
     /// Takes an index through the cache of thread slot `slot`, which the
     /// calling thread holds ([`thread_slot::current`](crate::mem::thread_slot::current),

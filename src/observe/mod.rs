@@ -6,6 +6,8 @@ pub(crate) mod profile;
 pub(crate) mod profiler;
 pub(crate) mod stats;
 
+use crate::graph::opr::{Dep, Meta, OprBlock};
+use crate::graph::var::Var;
 use crate::observe::diagnose::{Diagnosis, HangHandler};
 use crate::observe::profiler::Profiler;
 use crate::observe::stats::Stats;
@@ -40,5 +42,45 @@ impl Observers {
     #[inline]
     pub(crate) fn watch_queues(&self) -> bool {
         self.profiler.session() != 0 || self.diagnosis.is_some()
+    }
+
+    /// At dispatch (the combiner owns the block): publishes its copy.
+    pub(crate) fn diag_dispatched(&self, block: &OprBlock, meta: &Meta, deps: &[Dep]) {
+        block.diag.dispatched(meta, deps, self.profiler.now());
+    }
+
+    /// Before the body runs, on the running thread.
+    pub(crate) fn diag_running(&self, block: &OprBlock, worker: Option<usize>) {
+        block.diag.running(self.profiler.lane(worker), self.profiler.now());
+    }
+
+    /// The body returned.
+    pub(crate) fn diag_body_returned(&self, block: &OprBlock) {
+        block.diag.body_returned(self.profiler.now());
+    }
+
+    /// Every variable granted the operation (profiling or diagnosing).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn observe_ready(&self, block: &OprBlock, meta: &Meta) {
+        if meta.profile_session != 0 {
+            self.profiler.stamp_ready(block);
+        }
+        if self.diagnosis.is_some() {
+            block.diag.ready(self.profiler.now());
+        }
+    }
+
+    /// Registers a wait that is about to block (on `var`, or on everything);
+    /// returns its entry for [`diag_wait_end`](Self::diag_wait_end).
+    pub(crate) fn diag_wait_begin(&self, var: Option<Var>, write: bool) -> Option<usize> {
+        self.diagnosis.as_ref()?.wait_begin(var, write, self.profiler.now())
+    }
+
+    /// The wait registered as `entry` returned.
+    pub(crate) fn diag_wait_end(&self, entry: Option<usize>) {
+        if let Some(diag) = &self.diagnosis {
+            diag.wait_end(entry);
+        }
     }
 }

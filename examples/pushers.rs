@@ -45,6 +45,6 @@ fn main() {
     println!(
         "{kind:?}: {pushers} pushers, {} variables, membarrier {}: {best:.1} ns/op (best of 4)",
         if shared { "one shared" } else { "their own" },
-        if depengine::membarrier_in_use() { "on" } else { "off" },
+        if engine.stats().membarrier { "on" } else { "off" },
     );
 }

@@ -1,32 +1,5 @@
-//! Engine settings: the builder and the environment variables behind it.
-//!
-//! | variable | builder method | default |
-//! |---|---|---|
-//! | `DEPENGINE_ENGINE_TYPE` | [`EngineBuilder::kind`] | `per_device` |
-//! | `DEPENGINE_CPU_WORKERS` | [`EngineBuilder::cpu_workers`] | cores this process may use |
-//! | `DEPENGINE_PIN` | [`EngineBuilder::pin`] | `1` (per_device) |
-//! | `DEPENGINE_PRIORITY_WORKERS` | [`EngineBuilder::priority_workers`] | 0 (per_device) |
-//! | `DEPENGINE_COPY_WORKERS` | [`EngineBuilder::copy_workers`] | 1 |
-//! | `DEPENGINE_GPU_COMPUTE_WORKERS` | [`EngineBuilder::gpu_compute_workers`] | 2 per GPU (feature `cuda`) |
-//! | `DEPENGINE_GPU_PRIORITY_WORKERS` | [`EngineBuilder::gpu_priority_workers`] | 1 per GPU (feature `cuda`) |
-//! | `DEPENGINE_GPU_COPY_WORKERS` | [`EngineBuilder::gpu_copy_workers`] | 1 per GPU (feature `cuda`) |
-//! | `DEPENGINE_SPIN_US` | [`EngineBuilder::spin`] | 50 µs |
-//! | `DEPENGINE_CANCEL_ON_DROP` | [`EngineBuilder::cancel_on_drop`] | `0` |
-//! | `DEPENGINE_MAX_PENDING` | [`EngineBuilder::max_pending`] | 1024 (`0`: no cap) |
-//! | `DEPENGINE_RUN_ON_PUSHER` | [`EngineBuilder::run_on_pusher`] | `0` (off) |
-//! | `DEPENGINE_INLINE_PACE_NS` | [`EngineBuilder::inline_pace`] (with running on the pusher on) | 50 ns (`0`: off) |
-//! | `DEPENGINE_SHUFFLE_SEED` | [`EngineBuilder::shuffle_seed`] | unset (off) |
-//! | `DEPENGINE_SHUFFLE_WORKERS` | [`EngineBuilder::shuffle_workers`] | 0 |
-//! | `DEPENGINE_PROFILE` | [`EngineBuilder::profile`] | unset (off) |
-//! | `DEPENGINE_PROFILE_EVENTS` | [`EngineBuilder::profile_events`] | 32768 per lane |
-//! | `DEPENGINE_HANG_REPORT_MS` | [`EngineBuilder::hang_report`] | unset (off) |
-//! | `DEPENGINE_MEMBARRIER` | none: read once per process, at the first engine's build ([`membarrier_in_use`](crate::membarrier_in_use)) | `1` where the kernel has it (`0`: SeqCst fences) |
-//!
-//! Only [`EngineBuilder::from_env`] reads these (and so [`Engine::from_env`]
-//! and [`Engine::global`], which start from it); [`Engine::builder`] starts
-//! from the defaults. Any other variable named `DEPENGINE_*` is refused as
-//! a misspelling. Every value, from a variable or a method, either builds a
-//! working engine or is refused with [`EngineError::Config`].
+//! Engine settings: the builder and the environment variables behind it
+//! (the table is on [`EngineBuilder`]).
 
 use crate::base::error::EngineError;
 use crate::core::Settings;
@@ -134,13 +107,43 @@ pub const ENV_VARS: [&str; 19] = [
 ];
 
 /// Builds an [`Engine`]; every setting also has an environment variable
-/// (see the module table), read by [`EngineBuilder::from_env`].
+/// (the table below), read by [`EngineBuilder::from_env`].
 ///
 /// ```
 /// use depengine::{Engine, EngineKind};
 /// let engine = Engine::builder().kind(EngineKind::Pooled).cpu_workers(2).build().unwrap();
 /// assert_eq!(engine.cpu_workers(), 2);
 /// ```
+///
+/// # The environment variables
+///
+/// | variable | builder method | default |
+/// |---|---|---|
+/// | `DEPENGINE_ENGINE_TYPE` | [`EngineBuilder::kind`] | `per_device` |
+/// | `DEPENGINE_CPU_WORKERS` | [`EngineBuilder::cpu_workers`] | cores this process may use |
+/// | `DEPENGINE_PIN` | [`EngineBuilder::pin`] | `1` (per_device) |
+/// | `DEPENGINE_PRIORITY_WORKERS` | [`EngineBuilder::priority_workers`] | 0 (per_device) |
+/// | `DEPENGINE_COPY_WORKERS` | [`EngineBuilder::copy_workers`] | 1 |
+/// | `DEPENGINE_GPU_COMPUTE_WORKERS` | [`EngineBuilder::gpu_compute_workers`] | 2 per GPU (feature `cuda`) |
+/// | `DEPENGINE_GPU_PRIORITY_WORKERS` | [`EngineBuilder::gpu_priority_workers`] | 1 per GPU (feature `cuda`) |
+/// | `DEPENGINE_GPU_COPY_WORKERS` | [`EngineBuilder::gpu_copy_workers`] | 1 per GPU (feature `cuda`) |
+/// | `DEPENGINE_SPIN_US` | [`EngineBuilder::spin`] | 50 µs |
+/// | `DEPENGINE_CANCEL_ON_DROP` | [`EngineBuilder::cancel_on_drop`] | `0` |
+/// | `DEPENGINE_MAX_PENDING` | [`EngineBuilder::max_pending`] | 1024 (`0`: no cap) |
+/// | `DEPENGINE_RUN_ON_PUSHER` | [`EngineBuilder::run_on_pusher`] | `0` (off) |
+/// | `DEPENGINE_INLINE_PACE_NS` | [`EngineBuilder::inline_pace`] (with running on the pusher on) | 50 ns (`0`: off) |
+/// | `DEPENGINE_SHUFFLE_SEED` | [`EngineBuilder::shuffle_seed`] | unset (off) |
+/// | `DEPENGINE_SHUFFLE_WORKERS` | [`EngineBuilder::shuffle_workers`] | 0 |
+/// | `DEPENGINE_PROFILE` | [`EngineBuilder::profile`] | unset (off) |
+/// | `DEPENGINE_PROFILE_EVENTS` | [`EngineBuilder::profile_events`] | 32768 per lane |
+/// | `DEPENGINE_HANG_REPORT_MS` | [`EngineBuilder::hang_report`] | unset (off) |
+/// | `DEPENGINE_MEMBARRIER` | none: read once per process, at the first engine's build ([`EngineStats::membarrier`](crate::EngineStats::membarrier)) | `1` where the kernel has it (`0`: SeqCst fences) |
+///
+/// Only [`EngineBuilder::from_env`] reads these (and so [`Engine::from_env`]
+/// and [`Engine::global`], which start from it); [`Engine::builder`] starts
+/// from the defaults. Any other variable named `DEPENGINE_*` is refused as
+/// a misspelling. Every value, from a variable or a method, either builds a
+/// working engine or is refused with [`EngineError::Config`].
 #[derive(Debug, Clone)]
 pub struct EngineBuilder {
     pub(crate) kind: EngineKind,
@@ -210,13 +213,13 @@ fn env_parse<T: std::str::FromStr>(name: &str) -> Result<Option<T>, EngineError>
 }
 
 impl EngineBuilder {
-    /// The defaults (see the module table).
+    /// The defaults (see the table on [`EngineBuilder`]).
     pub fn new() -> Self {
         Self::default()
     }
 
     /// The defaults overridden by every `DEPENGINE_*` variable that is set
-    /// (the module table). A variable named `DEPENGINE_*` that is not one
+    /// (the table on [`EngineBuilder`]). A variable named `DEPENGINE_*` that is not one
     /// of them ([`ENV_VARS`]) is refused with a [`EngineError::Config`]
     /// naming it: a misspelt setting would otherwise be ignored silently.
     ///

@@ -503,6 +503,7 @@ impl Engine {
         s.finished = (tickets - self.core.pending().min(tickets)).saturating_sub(markers);
         s.ran_elsewhere = s.finished.saturating_sub(s.ran_on_workers);
         s.pools = self.pool_stats();
+        s.membarrier = crate::sync::barrier::membarrier_in_use();
         s
     }
 

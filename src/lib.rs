@@ -63,7 +63,7 @@
 //!
 //! Choose with [`EngineBuilder::kind`] or `DEPENGINE_ENGINE_TYPE`;
 //! [`Engine::global`] is a process-wide engine configured from the
-//! environment (see [`config`] for every variable).
+//! environment (see [`EngineBuilder`] for every variable).
 //!
 //! ## Failures
 //!
@@ -149,7 +149,7 @@ mod sync;
 #[cfg(feature = "bench-internals")]
 #[doc(hidden)]
 pub mod bench_parts;
-pub mod config;
+mod config;
 mod engine;
 #[cfg(feature = "cuda")]
 pub use cudarc;
@@ -158,7 +158,9 @@ pub use crate::base::context::{Context, FnProperty, PushOpts, RunContext};
 pub use crate::base::error::{EngineError, OpError, OpOutput};
 pub use crate::base::topology::{Cpu, Topology, TopologySource};
 pub use crate::base::tuning::INLINE_VARS;
-pub use crate::config::{EngineBuilder, EngineKind};
+pub use crate::config::{
+    EngineBuilder, EngineKind, DEFAULT_INLINE_PACE, DEFAULT_MAX_PENDING, ENV_VARS, MAX_POOL_THREADS, MAX_PROFILE_EVENTS,
+};
 pub use crate::engine::Engine;
 pub use crate::graph::operator::Operator;
 pub use crate::graph::var::Var;
@@ -166,5 +168,4 @@ pub use crate::mem::completion::Completion;
 pub use crate::mem::inline_fn::INLINE_FN_BYTES;
 pub use crate::observe::diagnose::{HangReport, PendingOp, PendingState};
 pub use crate::observe::profile::{LaneSummary, NameSummary, Profile, ProfileEvent};
-pub use crate::observe::stats::{EngineStats, PoolStats, READY_SAMPLE};
-pub use crate::sync::barrier::membarrier_in_use;
+pub use crate::observe::stats::{EngineStats, PoolStats};

@@ -953,9 +953,12 @@ fn main() {
         o.reps
     );
     println!("per_device topology: {}", depengine::Topology::detect());
+    // The handshakes are chosen once per process, at the first build.
+    let membarrier =
+        depengine::Engine::builder().kind(depengine::EngineKind::Naive).build().map(|e| e.stats().membarrier);
     println!(
         "push-path handshakes: {}",
-        if depengine::membarrier_in_use() {
+        if membarrier.unwrap_or(false) {
             "compiler fences, membarrier on the rare side"
         } else {
             "SeqCst fences (DEPENGINE_MEMBARRIER=0, or no membarrier)"

@@ -12,6 +12,7 @@ use std::fmt;
 
 /// Where the topology came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TopologySource {
     /// hwloc (the `hwloc` feature).
     Hwloc,

@@ -589,7 +589,7 @@ impl Shared {
             if let Some(op) = self.find_work(node, Some(&local)) {
                 core.run(op, Some(id));
                 ran += 1;
-                if ran % READY_SAMPLE == 0 {
+                if ran.is_multiple_of(READY_SAMPLE) {
                     self.counters.ready_high_water.note(self.injectors[node].len() as u64);
                 }
                 continue;

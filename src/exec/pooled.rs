@@ -226,7 +226,7 @@ impl WorkerPool {
                 missed = 0;
                 core.run(op, Some(id));
                 ran += 1;
-                if ran % READY_SAMPLE == 0 {
+                if ran.is_multiple_of(READY_SAMPLE) {
                     self.counters.ready_high_water.note(self.ring.len() as u64);
                 }
                 continue;

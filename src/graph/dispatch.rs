@@ -401,7 +401,7 @@ impl Dispatcher {
                 break held;
             }
             spins += 1;
-            if spins % 64 == 0 {
+            if spins.is_multiple_of(64) {
                 std::thread::yield_now();
             } else {
                 spin_hint();

@@ -69,6 +69,7 @@ pub(crate) struct Diagnosis {
 
 /// An operation in flight, as a report shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PendingOp {
     /// Its position in the engine's linearization of pushes.
     pub ticket: u64,
@@ -87,6 +88,7 @@ pub struct PendingOp {
 
 /// Where a pending operation is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PendingState {
     /// Waiting for earlier operations on its variables.
     Queued,
@@ -101,6 +103,7 @@ pub enum PendingState {
 
 /// What a stuck wait is behind ([`Engine::pending_report`](crate::Engine::pending_report)).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct HangReport {
     /// What waits: `wait_var(var)`, `wait_to_write(var)`, `wait_all()`, or
     /// `report` for a report asked for directly.

@@ -40,6 +40,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 /// println!("{s}");
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct EngineStats {
     /// Operations pushed: user operations and variable deletions (bulked
     /// pushes count once per fused operation).
@@ -87,16 +88,21 @@ pub struct EngineStats {
     /// (tracked while the pending cap is on, the default).
     pub pending_high_water: u64,
     /// Most operations waiting in a ready queue at once (sampled by the
-    /// workers every [`READY_SAMPLE`] operations).
+    /// workers every 64 operations).
     pub ready_high_water: u64,
     /// Operations run per worker thread (CPU workers, then copy workers).
     pub per_worker: Vec<u64>,
     /// Pool occupancy.
     pub pools: PoolStats,
+    /// Whether the push path's handshakes pair a compiler fence with
+    /// Linux's `membarrier` on their rare side (`true`), or use a SeqCst
+    /// fence on both sides (`false`: `DEPENGINE_MEMBARRIER=0`, or a kernel
+    /// without it). Chosen once per process, at the first engine's build.
+    pub membarrier: bool,
 }
 
 /// Workers sample their ready queue's depth once per this many operations.
-pub const READY_SAMPLE: u64 = 64;
+pub(crate) const READY_SAMPLE: u64 = 64;
 
 /// Counters only their worker writes.
 #[derive(Default)]
@@ -255,6 +261,7 @@ impl Stats {
 
 /// Pool occupancy, for leak checks and tuning. Exact when the engine is idle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct PoolStats {
     /// Operation blocks in use.
     pub live_ops: usize,

@@ -170,7 +170,7 @@ pub(crate) fn ensure_chosen() -> bool {
 /// on their hot handshakes (else both sides are `SeqCst` fences): decided
 /// at the first engine's start from the kernel and `DEPENGINE_MEMBARRIER`
 /// (`0` turns it off), then fixed for the process.
-pub fn membarrier_in_use() -> bool {
+pub(crate) fn membarrier_in_use() -> bool {
     ensure_chosen()
 }
 

@@ -45,8 +45,10 @@ pub struct Engine {
     kind: EngineKind,
     cancel_on_drop: bool,
     shuffle_seed: Option<u64>,
-    /// Where to write the profile when dropped (`EngineBuilder::profile`).
-    profile_path: Option<std::path::PathBuf>,
+    /// Where to write the profile when dropped (`EngineBuilder::profile`),
+    /// until it is written ([`Engine::write_profile`]). Touched at build,
+    /// that call and drop only: the mutex is never on the hot path.
+    profile_path: std::sync::Mutex<Option<std::path::PathBuf>>,
     /// The hang-diagnosis watchdog thread, when on.
     watchdog: Option<std::thread::JoinHandle<()>>,
     /// per_device: the topology and the CPU each worker is pinned to.
@@ -144,7 +146,7 @@ impl Engine {
             kind: b.kind,
             cancel_on_drop: b.cancel_on_drop,
             shuffle_seed: b.shuffle_seed,
-            profile_path: b.profile,
+            profile_path: std::sync::Mutex::new(b.profile),
             watchdog,
             placement,
         })
@@ -252,7 +254,10 @@ impl Engine {
         self.push_sync_with(body, reads, writes, PushOpts::new())
     }
 
-    /// [`push_sync`](Self::push_sync) with explicit options.
+    /// [`push_sync`](Self::push_sync) with explicit options. A body whose
+    /// captures exceed [`INLINE_FN_BYTES`](crate::INLINE_FN_BYTES) is boxed
+    /// (one allocation per push); [`push_sync_inline`](Self::push_sync_inline)
+    /// refuses such a body at compile time instead.
     pub fn push_sync_with<F, R>(
         &self,
         body: F,
@@ -293,6 +298,48 @@ impl Engine {
             Route::Queue => InlineFn::new_sync(body),
         };
         self.core.queue(Body::OneShot(body), false, reads, writes, &opts, OprKind::User)
+    }
+
+    /// [`push_sync_with`](Self::push_sync_with) for a body that must not
+    /// allocate: its captures must fit the operation block's inline store
+    /// ([`INLINE_FN_BYTES`](crate::INLINE_FN_BYTES), 48 bytes, aligned to at
+    /// most 16), or the call does not compile. `push_sync_with` takes any
+    /// body, and boxes one that does not fit (one allocation per push).
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().build().unwrap();
+    /// let v = engine.new_var();
+    /// let small = [0u64; 4];
+    /// engine.push_sync_inline(move |_| assert_eq!(small.len(), 4), &[], &[v], Default::default()).unwrap();
+    /// engine.wait_var(v).unwrap();
+    /// ```
+    ///
+    /// A body that captures more does not compile:
+    ///
+    /// ```compile_fail
+    /// let engine = depengine::Engine::builder().build().unwrap();
+    /// let v = engine.new_var();
+    /// let big = [0u64; 16];
+    /// engine.push_sync_inline(move |_| assert_eq!(big.len(), 16), &[], &[v], Default::default()).unwrap();
+    /// ```
+    pub fn push_sync_inline<F, R>(
+        &self,
+        body: F,
+        reads: &[Var],
+        writes: &[Var],
+        opts: PushOpts,
+    ) -> Result<(), EngineError>
+    where
+        F: FnOnce(&RunContext) -> R + Send + 'static,
+        R: OpOutput,
+    {
+        const {
+            assert!(
+                crate::mem::inline_fn::fits_inline::<F>(),
+                "depengine: this body's captures do not fit INLINE_FN_BYTES (48 bytes, alignment 16); push_sync_with would box it"
+            )
+        };
+        self.push_sync_with(body, reads, writes, opts)
     }
 
     /// Sets this thread's bulk size for this engine (MXNet's
@@ -531,8 +578,35 @@ impl Engine {
         self.core.observe.profiler.stop(|lane| self.core.lane_name(lane))
     }
 
+    /// Ends the profiling session that [`EngineBuilder::profile`](crate::EngineBuilder::profile)
+    /// (or `DEPENGINE_PROFILE`) started and writes its Chrome trace and
+    /// summary now, instead of when the engine is dropped; returns where,
+    /// or `None` when no such session is open (never started, or written
+    /// already). Operations still pending are left out, as at drop after
+    /// the wait. [`Engine::global`] is never dropped: a program that
+    /// profiles it with `DEPENGINE_PROFILE` calls this before it exits.
+    ///
+    /// ```
+    /// let path = std::env::temp_dir().join("depengine-doc-profile.json");
+    /// let engine = depengine::Engine::builder().profile(&path).build().unwrap();
+    /// let v = engine.new_var();
+    /// engine.push_sync(|_| {}, &[], &[v]).unwrap();
+    /// engine.wait_all().unwrap();
+    /// assert_eq!(engine.write_profile().as_deref(), Some(path.as_path()));
+    /// assert_eq!(engine.write_profile(), None, "written once");
+    /// ```
+    pub fn write_profile(&self) -> Option<std::path::PathBuf> {
+        let path = self.take_profile_path()?;
+        self.write_profile_to(&path);
+        Some(path)
+    }
+
+    fn take_profile_path(&self) -> Option<std::path::PathBuf> {
+        self.profile_path.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
     /// Writes the profile of a builder-started session (`DEPENGINE_PROFILE`).
-    fn write_profile(&self, path: &std::path::Path) {
+    fn write_profile_to(&self, path: &std::path::Path) {
         let profile = self.stop_profiling();
         let summary = path.with_extension("summary.txt");
         let written = profile.save(path).and_then(|()| std::fs::write(&summary, profile.summary_table()));
@@ -651,9 +725,7 @@ impl Drop for Engine {
             watchdog.thread().unpark();
             let _ = watchdog.join();
         }
-        if let Some(path) = self.profile_path.take() {
-            self.write_profile(&path);
-        }
+        self.write_profile();
     }
 }
 
@@ -670,7 +742,7 @@ impl Engine {
             kind: self.kind,
             cancel_on_drop: self.cancel_on_drop,
             shuffle_seed: self.shuffle_seed,
-            profile_path: self.profile_path.take(),
+            profile_path: std::sync::Mutex::new(self.take_profile_path()),
             watchdog: self.watchdog.take(),
             placement: self.placement.take(),
         };

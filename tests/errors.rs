@@ -278,3 +278,22 @@ fn invalid_settings_are_reported() {
     assert!(matches!(err, EngineError::Config(_)));
     assert!(matches!(EngineKind::parse("fast"), Err(EngineError::Config(m)) if m.contains("fast")));
 }
+
+/// A body that only panics compiles (its return type is `!`, with no
+/// annotation) and fails its operation with the panic's message.
+#[test]
+fn a_body_that_only_panics_compiles_and_fails_its_operation() {
+    for engine in engines() {
+        let v = engine.new_var();
+        engine.push_sync(|_| panic!("only this"), &[], &[v]).unwrap();
+        engine.push_sync_with(|_| unreachable!("nor this"), &[v], &[], PushOpts::new().no_skip()).unwrap();
+        match engine.wait_var(v) {
+            Err(EngineError::OpFailed(e)) => assert_eq!(e.message(), "panicked: only this"),
+            other => panic!("{other:?}"),
+        }
+        match engine.wait_all() {
+            Err(EngineError::OpFailed(e)) => assert_eq!(e.message(), "panicked: only this", "the first failure"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

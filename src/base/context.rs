@@ -120,7 +120,38 @@ impl PushOpts {
         self.priority = priority;
         self
     }
-    /// Sets the name.
+    /// Sets the name (profiles, hang reports and failures show it).
+    ///
+    /// A name is a `&'static str`: the options are `Copy` and travel with
+    /// every push, and a name borrowed for the whole operation or owned by
+    /// it would cost a reference count or an allocation per push. A name
+    /// made at run time (`format!`) is therefore interned once and reused:
+    /// the set of distinct names is what leaks, not one string per push.
+    ///
+    /// ```
+    /// use std::collections::HashMap;
+    /// use std::sync::{Mutex, OnceLock};
+    ///
+    /// /// The `&'static` copy of `name`, made once per distinct name.
+    /// fn intern(name: String) -> &'static str {
+    ///     static NAMES: OnceLock<Mutex<HashMap<String, &'static str>>> = OnceLock::new();
+    ///     let mut names = NAMES.get_or_init(Default::default).lock().unwrap();
+    ///     if let Some(&s) = names.get(&name) {
+    ///         return s;
+    ///     }
+    ///     let s: &'static str = Box::leak(name.clone().into_boxed_str());
+    ///     names.insert(name, s);
+    ///     s
+    /// }
+    ///
+    /// let engine = depengine::Engine::builder().build().unwrap();
+    /// let v = engine.new_var();
+    /// for layer in 0..3 {
+    ///     let opts = depengine::PushOpts::new().name(intern(format!("layer {layer}")));
+    ///     engine.push_sync_with(|_| {}, &[], &[v], opts).unwrap();
+    /// }
+    /// engine.wait_all().unwrap();
+    /// ```
     pub const fn name(mut self, name: &'static str) -> Self {
         self.name = name;
         self

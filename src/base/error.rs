@@ -125,6 +125,28 @@ impl OpOutput for () {
     }
 }
 
+/// Names the never type `!` on stable Rust: the output of `fn() -> !`.
+#[doc(hidden)]
+pub trait HasOutput {
+    /// The function's output type.
+    type Output;
+}
+
+impl<T> HasOutput for fn() -> T {
+    type Output = T;
+}
+
+/// The never type, `!`: what a body that only panics returns.
+type Never = <fn() -> ! as HasOutput>::Output;
+
+/// A body that only panics (`|_| panic!()`, `|_| unreachable!()`): it
+/// compiles, and the operation fails with the panic's message.
+impl OpOutput for Never {
+    fn into_outcome(self) -> Result<(), String> {
+        self
+    }
+}
+
 impl<E: fmt::Display> OpOutput for Result<(), E> {
     #[inline(always)]
     fn into_outcome(self) -> Result<(), String> {

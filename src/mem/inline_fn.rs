@@ -84,13 +84,19 @@ impl<G: FnOnce(&RunContext, Option<Completion>) -> Outcome> Erased<G> {
     }
 }
 
+/// Whether a body of type `F` is stored inline in its operation block (no
+/// allocation): at most [`INLINE_FN_BYTES`] bytes, aligned to at most 16.
+pub(crate) const fn fits_inline<F>() -> bool {
+    mem::size_of::<F>() <= INLINE_FN_BYTES && mem::align_of::<F>() <= mem::align_of::<Storage>()
+}
+
 impl InlineFn {
     fn store<G>(g: G) -> Self
     where
         G: FnOnce(&RunContext, Option<Completion>) -> Outcome + Send + 'static,
     {
         let mut f = InlineFn::default();
-        if mem::size_of::<G>() <= INLINE_FN_BYTES && mem::align_of::<G>() <= mem::align_of::<Storage>() {
+        if fits_inline::<G>() {
             // SAFETY: `G` fits the buffer in size and alignment (checked above).
             unsafe { (&mut f.storage as *mut Storage as *mut G).write(g) };
             f.vtable = Some(&Erased::<G>::INLINE);

@@ -211,16 +211,12 @@ impl Engine {
     /// a new generation, and retired instead once its generations (2^32)
     /// are spent, so a stale handle is never taken for a later variable.
     pub fn delete_var(&self, var: Var, on_deleted: impl FnOnce() + Send + 'static) -> Result<(), EngineError> {
-        // Stored first: refused, it is dropped as any unrun body is.
-        let body = Body::OneShot(InlineFn::new_sync(move |_: &RunContext| on_deleted()));
-        // This thread's open bulk may use `var`: it was pushed first, so it
-        // must reach the engine before `var` is marked deleted.
-        crate::core::bulk::flush_for(&self.core)?;
-        // Refused before the variable is marked: a failed call changes nothing.
-        self.core.life.check_open()?;
-        self.core.vars.request_delete(var)?;
-        let opts = PushOpts::new().name("delete_var").prop(FnProperty::DeleteVar);
-        self.core.push(body, false, &[], &[var], &opts, OprKind::DeleteVar)
+        delete_var_on(&self.core, var, on_deleted)
+    }
+
+    /// The engine's core (typed data keeps it).
+    pub(crate) fn core(&self) -> &Arc<Core> {
+        &self.core
     }
 
     /// Completed writes of `var` so far (reads leave it unchanged).
@@ -388,7 +384,7 @@ impl Engine {
     where
         F: FnOnce(&RunContext, Completion) + Send + 'static,
     {
-        self.core.push(Body::OneShot(InlineFn::new_async(body)), true, reads, writes, &opts, OprKind::User)
+        push_async_on(&self.core, body, reads, writes, opts)
     }
 
     // ----- prebuilt operators ------------------------------------------------
@@ -755,16 +751,45 @@ impl Engine {
     }
 }
 
-#[cfg(all(test, not(depengine_loom)))]
-impl Engine {
-    /// The core, for the crate's own tests.
-    pub(crate) fn core(&self) -> &Core {
-        &self.core
-    }
-}
-
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine").field("kind", &self.kind).field("pending", &self.pending()).finish()
     }
+}
+
+/// [`Engine::delete_var`] on `core` (typed data deletes its variable with
+/// no `Engine` at hand).
+pub(crate) fn delete_var_on(
+    core: &Core,
+    var: Var,
+    on_deleted: impl FnOnce() + Send + 'static,
+) -> Result<(), EngineError> {
+    // Stored first: refused, it is dropped as any unrun body is.
+    let body = Body::OneShot(InlineFn::new_sync(move |_: &RunContext| on_deleted()));
+    // This thread's open bulk may use `var`: it was pushed first, so it
+    // must reach the engine before `var` is marked deleted.
+    if let Err(e) = crate::core::bulk::flush_for(core)
+        .and_then(|()| core.life.check_open())
+        .and_then(|()| core.vars.request_delete(var))
+    {
+        // Refused before the variable is marked: a failed call changes nothing.
+        core.drop_user_value(body);
+        return Err(e);
+    }
+    let opts = PushOpts::new().name("delete_var").prop(FnProperty::DeleteVar);
+    core.push(body, false, &[], &[var], &opts, OprKind::DeleteVar)
+}
+
+/// [`Engine::push_async_with`] on `core`.
+pub(crate) fn push_async_on<F>(
+    core: &Core,
+    body: F,
+    reads: &[Var],
+    writes: &[Var],
+    opts: PushOpts,
+) -> Result<(), EngineError>
+where
+    F: FnOnce(&RunContext, Completion) + Send + 'static,
+{
+    core.push(Body::OneShot(InlineFn::new_async(body)), true, reads, writes, &opts, OprKind::User)
 }

@@ -150,6 +150,7 @@ mod sync;
 #[doc(hidden)]
 pub mod bench_parts;
 mod config;
+mod data;
 mod engine;
 #[cfg(feature = "cuda")]
 pub use cudarc;
@@ -161,6 +162,7 @@ pub use crate::base::tuning::INLINE_VARS;
 pub use crate::config::{
     EngineBuilder, EngineKind, DEFAULT_INLINE_PACE, DEFAULT_MAX_PENDING, ENV_VARS, MAX_POOL_THREADS, MAX_PROFILE_EVENTS,
 };
+pub use crate::data::{Data, ReadGuard, Reads, WriteGuard, Writes};
 pub use crate::engine::Engine;
 pub use crate::graph::operator::Operator;
 pub use crate::graph::var::Var;

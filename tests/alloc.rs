@@ -8,7 +8,7 @@
 //! when all threads share one core; one must allocate nothing.)
 
 use alloc_count::{allocations, CountingAlloc};
-use depengine::{Context, Engine, EngineKind, FnProperty, Var};
+use depengine::{Context, Data, Engine, EngineKind, FnProperty, Var};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -24,10 +24,10 @@ static SINK: AtomicU64 = AtomicU64::new(0);
 static GATE: AtomicBool = AtomicBool::new(false);
 
 /// One batch: sync, async and prebuilt pushes over a few vars, then waits.
-fn batch(engine: &Engine, vars: &[Var], op: &depengine::Operator) {
+fn batch(engine: &Engine, vars: &[Var], op: &depengine::Operator, data: &[Data<u64>; 2]) {
     for i in 0..BATCH {
         let (r, w) = (vars[i % vars.len()], vars[(i + 1) % vars.len()]);
-        match i % 3 {
+        match i % 4 {
             0 => engine
                 .push_sync(
                     move |_| {
@@ -47,7 +47,10 @@ fn batch(engine: &Engine, vars: &[Var], op: &depengine::Operator) {
                     &[w],
                 )
                 .unwrap(),
-            _ => engine.push_op(op, Context::cpu(), 0).unwrap(),
+            2 => engine.push_op(op, Context::cpu(), 0).unwrap(),
+            // Typed data: the body gets the values, and the push stores raw
+            // pointers to them, not reference counts.
+            _ => engine.push_data(&data[0], &data[1], |_, a, b| *b = b.wrapping_add(*a)).unwrap(),
         }
     }
     engine.wait_var(vars[0]).unwrap();
@@ -82,6 +85,7 @@ fn steady_state(kind: EngineKind, profile: bool, stints: bool) {
     GATE.store(false, Ordering::Release);
     let vars: Vec<Var> = (0..4).map(|_| engine.new_var()).collect();
     let gate = engine.new_var();
+    let data = [engine.data(1u64), engine.data(0u64)];
     let op = engine
         .new_operator(
             |_| {
@@ -114,7 +118,7 @@ fn steady_state(kind: EngineKind, profile: bool, stints: bool) {
     GATE.store(true, Ordering::Release);
     engine.wait_all().unwrap();
     for _ in 0..5 {
-        batch(&engine, &vars, &op);
+        batch(&engine, &vars, &op, &data);
     }
 
     // A thread's one-time set-up (std's thread record when a worker first
@@ -129,7 +133,7 @@ fn steady_state(kind: EngineKind, profile: bool, stints: bool) {
         alloc_count::trace_next_allocation(window + 1 == WINDOWS);
         let before = allocations();
         for _ in 0..CYCLES / BATCH {
-            batch(&engine, &vars, &op);
+            batch(&engine, &vars, &op, &data);
         }
         counts.push(allocations() - before);
         alloc_count::trace_next_allocation(false);

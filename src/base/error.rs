@@ -78,6 +78,10 @@ pub enum EngineError {
     /// A CUDA call the engine made to order GPU work (feature `cuda`)
     /// failed; the text is the driver's error.
     Gpu(String),
+    /// A typed push named the same data twice among its writes, or among
+    /// its reads and its writes ([`Engine::push_data`](crate::Engine::push_data)):
+    /// its body would get two references to one value, one of them `&mut`.
+    AliasedData,
 }
 
 impl fmt::Display for EngineError {
@@ -98,6 +102,9 @@ impl fmt::Display for EngineError {
             }
             EngineError::Spawn(what) => write!(f, "could not start an engine thread: {what}"),
             EngineError::Gpu(what) => write!(f, "GPU error: {what}"),
+            EngineError::AliasedData => {
+                f.write_str("the same data twice among an operation's writes, or among its reads and its writes")
+            }
         }
     }
 }

@@ -21,6 +21,11 @@ pub(crate) struct Lifecycle {
     pub(crate) first_error: FirstError,
     /// Set by the one shutdown that stops the executor.
     executor_stopped: std_atomic::AtomicBool,
+    /// Values left to the engine while it shut down (typed data whose last
+    /// handle was dropped then): dropped with the engine, when no thread of
+    /// it runs any more. Touched only then: the mutex is never on the hot
+    /// path.
+    graveyard: std::sync::Mutex<Vec<Box<dyn Send>>>,
 }
 
 impl Lifecycle {
@@ -47,8 +52,23 @@ impl Lifecycle {
         self.cancelling.load(Ordering::Relaxed)
     }
 
+    /// Keeps `value` until the engine is dropped (see the field).
+    pub(crate) fn bury(&self, value: Box<dyn Send>) {
+        self.graveyard.lock().unwrap_or_else(|p| p.into_inner()).push(value);
+    }
+
     /// Whether the calling shutdown is the one to stop the executor.
     pub(crate) fn take_executor_stop(&self) -> bool {
         !self.executor_stopped.swap(true, std_atomic::Ordering::AcqRel)
+    }
+}
+
+impl Drop for Lifecycle {
+    fn drop(&mut self) {
+        let buried = std::mem::take(self.graveyard.get_mut().unwrap_or_else(|p| p.into_inner()));
+        for value in buried {
+            // Their `Drop` is user code (`unwind.rs`).
+            crate::base::unwind::drop_quietly(value);
+        }
     }
 }

@@ -218,6 +218,32 @@ pub fn round_trip(c: &mut Criterion) {
     g.finish();
 }
 
+/// What typed data adds to a push: one push of an operation that reads one
+/// variable and writes another, run at once on the `naive` engine (push,
+/// dispatch, run and complete on this thread), untyped and typed.
+pub fn typed_push(c: &mut Criterion) {
+    let mut g = c.benchmark_group("push, read one and write one (naive)");
+    let engine = crate::Engine::builder().kind(crate::EngineKind::Naive).build().expect("engine");
+    static SINK: AtomicU32 = AtomicU32::new(0);
+    let (a, b) = (engine.new_var(), engine.new_var());
+    g.bench_function("untyped", |bench| {
+        bench.iter(|| {
+            engine
+                .push_sync(
+                    |_| {
+                        SINK.fetch_add(1, Ordering::Relaxed);
+                    },
+                    &[a],
+                    &[b],
+                )
+                .unwrap()
+        })
+    });
+    let (x, y) = (engine.data(1u32), engine.data(0u32));
+    g.bench_function("typed", |bench| bench.iter(|| engine.push_data(&x, &y, |_, x, y| *y += *x).unwrap()));
+    g.finish();
+}
+
 /// The settings that keep the whole suite within a few minutes on a
 /// 2-core machine.
 pub fn config() -> Criterion {

@@ -211,10 +211,9 @@ impl Engine {
         F: for<'a> FnOnce(&RunContext, R::Refs<'a>, W::Muts<'a>) -> O + Send + 'static,
         O: OpOutput,
     {
-        let (mut read_vars, mut write_vars) = (VarBuf::default(), VarBuf::default());
-        reads.vars(&mut read_vars);
-        writes.vars(&mut write_vars);
-        if let Err(e) = check_aliasing(read_vars.as_slice(), write_vars.as_slice()) {
+        let (read_vars, write_vars) = (reads.vars(), writes.vars());
+        let (read_vars, write_vars) = (read_vars.as_ref(), write_vars.as_ref());
+        if let Err(e) = check_aliasing(read_vars, write_vars) {
             self.core().drop_user_value(body);
             return Err(e);
         }
@@ -223,7 +222,7 @@ impl Engine {
         // accesses, with no two references to one value (checked above),
         // and the values outlive every operation pushed on them (module docs).
         let run = move |ctx: &RunContext| body(ctx, unsafe { R::refs(r) }, unsafe { W::muts(w) });
-        self.push_sync_with(run, read_vars.as_slice(), write_vars.as_slice(), opts)
+        self.push_sync_with(run, read_vars, write_vars, opts)
     }
 }
 
@@ -238,30 +237,6 @@ fn check_aliasing(reads: &[Var], writes: &[Var]) -> Result<(), EngineError> {
     Ok(())
 }
 
-/// The variables of one side of a typed push, on the stack.
-#[doc(hidden)]
-pub struct VarBuf {
-    vars: [Var; 8],
-    len: usize,
-}
-
-impl Default for VarBuf {
-    fn default() -> Self {
-        VarBuf { vars: [Var { engine: 0, slot: 0, gen: 0 }; 8], len: 0 }
-    }
-}
-
-impl VarBuf {
-    fn push(&mut self, var: Var) {
-        self.vars[self.len] = var;
-        self.len += 1;
-    }
-
-    fn as_slice(&self) -> &[Var] {
-        &self.vars[..self.len]
-    }
-}
-
 mod sealed {
     pub trait Sealed {}
 }
@@ -273,10 +248,13 @@ pub trait Reads: sealed::Sealed {
     type Refs<'a>;
     #[doc(hidden)]
     type Raw: Copy + Send + 'static;
+    /// The variables, one per datum (an array of exactly that many).
+    #[doc(hidden)]
+    type Vars: AsRef<[Var]>;
     #[doc(hidden)]
     fn raw(&self) -> Self::Raw;
     #[doc(hidden)]
-    fn vars(&self, out: &mut VarBuf);
+    fn vars(&self) -> Self::Vars;
     /// # Safety
     /// The caller holds a read of each variable, and the values are alive.
     #[doc(hidden)]
@@ -290,10 +268,13 @@ pub trait Writes: sealed::Sealed {
     type Muts<'a>;
     #[doc(hidden)]
     type Raw: Copy + Send + 'static;
+    /// The variables, one per datum (an array of exactly that many).
+    #[doc(hidden)]
+    type Vars: AsRef<[Var]>;
     #[doc(hidden)]
     fn raw(&self) -> Self::Raw;
     #[doc(hidden)]
-    fn vars(&self, out: &mut VarBuf);
+    fn vars(&self) -> Self::Vars;
     /// # Safety
     /// The caller holds a write of each variable (none twice), and the
     /// values are alive.
@@ -306,16 +287,22 @@ impl sealed::Sealed for () {}
 impl Reads for () {
     type Refs<'a> = ();
     type Raw = ();
+    type Vars = [Var; 0];
     fn raw(&self) {}
-    fn vars(&self, _out: &mut VarBuf) {}
+    fn vars(&self) -> [Var; 0] {
+        []
+    }
     unsafe fn refs<'a>(_raw: ()) -> Self::Refs<'a> {}
 }
 
 impl Writes for () {
     type Muts<'a> = ();
     type Raw = ();
+    type Vars = [Var; 0];
     fn raw(&self) {}
-    fn vars(&self, _out: &mut VarBuf) {}
+    fn vars(&self) -> [Var; 0] {
+        []
+    }
     unsafe fn muts<'a>(_raw: ()) -> Self::Muts<'a> {}
 }
 
@@ -324,11 +311,12 @@ impl<T: Send + 'static> sealed::Sealed for &Data<T> {}
 impl<T: Send + Sync + 'static> Reads for &Data<T> {
     type Refs<'a> = &'a T;
     type Raw = Value<T>;
+    type Vars = [Var; 1];
     fn raw(&self) -> Value<T> {
         self.shared.value
     }
-    fn vars(&self, out: &mut VarBuf) {
-        out.push(self.shared.var);
+    fn vars(&self) -> [Var; 1] {
+        [self.shared.var]
     }
     unsafe fn refs<'a>(raw: Value<T>) -> &'a T {
         // SAFETY: the caller's contract: a granted read, a live value.
@@ -339,11 +327,12 @@ impl<T: Send + Sync + 'static> Reads for &Data<T> {
 impl<T: Send + 'static> Writes for &Data<T> {
     type Muts<'a> = &'a mut T;
     type Raw = Value<T>;
+    type Vars = [Var; 1];
     fn raw(&self) -> Value<T> {
         self.shared.value
     }
-    fn vars(&self, out: &mut VarBuf) {
-        out.push(self.shared.var);
+    fn vars(&self) -> [Var; 1] {
+        [self.shared.var]
     }
     unsafe fn muts<'a>(raw: Value<T>) -> &'a mut T {
         // SAFETY: the caller's contract: a granted write, once, a live value.
@@ -352,17 +341,18 @@ impl<T: Send + 'static> Writes for &Data<T> {
 }
 
 macro_rules! tuples {
-    ($($t:ident $i:tt),+) => {
+    ($n:literal: $($t:ident $i:tt),+) => {
         impl<$($t: Send + 'static),+> sealed::Sealed for ($(&Data<$t>,)+) {}
 
         impl<$($t: Send + Sync + 'static),+> Reads for ($(&Data<$t>,)+) {
             type Refs<'a> = ($(&'a $t,)+);
             type Raw = ($(Value<$t>,)+);
+            type Vars = [Var; $n];
             fn raw(&self) -> Self::Raw {
                 ($(self.$i.shared.value,)+)
             }
-            fn vars(&self, out: &mut VarBuf) {
-                $(out.push(self.$i.shared.var);)+
+            fn vars(&self) -> [Var; $n] {
+                [$(self.$i.shared.var,)+]
             }
             unsafe fn refs<'a>(raw: Self::Raw) -> Self::Refs<'a> {
                 // SAFETY: the caller's contract, for each.
@@ -373,11 +363,12 @@ macro_rules! tuples {
         impl<$($t: Send + 'static),+> Writes for ($(&Data<$t>,)+) {
             type Muts<'a> = ($(&'a mut $t,)+);
             type Raw = ($(Value<$t>,)+);
+            type Vars = [Var; $n];
             fn raw(&self) -> Self::Raw {
                 ($(self.$i.shared.value,)+)
             }
-            fn vars(&self, out: &mut VarBuf) {
-                $(out.push(self.$i.shared.var);)+
+            fn vars(&self) -> [Var; $n] {
+                [$(self.$i.shared.var,)+]
             }
             unsafe fn muts<'a>(raw: Self::Raw) -> Self::Muts<'a> {
                 // SAFETY: the caller's contract, for each (no value twice:
@@ -388,14 +379,14 @@ macro_rules! tuples {
     };
 }
 
-tuples!(A 0);
-tuples!(A 0, B 1);
-tuples!(A 0, B 1, C 2);
-tuples!(A 0, B 1, C 2, D 3);
-tuples!(A 0, B 1, C 2, D 3, E 4);
-tuples!(A 0, B 1, C 2, D 3, E 4, F 5);
-tuples!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
-tuples!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+tuples!(1: A 0);
+tuples!(2: A 0, B 1);
+tuples!(3: A 0, B 1, C 2);
+tuples!(4: A 0, B 1, C 2, D 3);
+tuples!(5: A 0, B 1, C 2, D 3, E 4);
+tuples!(6: A 0, B 1, C 2, D 3, E 4, F 5);
+tuples!(7: A 0, B 1, C 2, D 3, E 4, F 5, G 6);
+tuples!(8: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
 
 // ----- access from outside the engine --------------------------------------
 

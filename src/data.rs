@@ -238,23 +238,61 @@ fn check_aliasing(reads: &[Var], writes: &[Var]) -> Result<(), EngineError> {
 }
 
 mod sealed {
-    pub trait Sealed {}
+    use super::{Data, Value, Var};
+
+    /// What both sides of a typed push have in common: the values as the
+    /// operation holds them, and their variables. Implemented here only.
+    pub trait Side {
+        /// The values' blocks, as the operation keeps them.
+        type Raw: Copy + Send + 'static;
+        /// The variables, one per datum (an array of exactly that many).
+        type Vars: AsRef<[Var]>;
+        fn raw(&self) -> Self::Raw;
+        fn vars(&self) -> Self::Vars;
+    }
+
+    impl Side for () {
+        type Raw = ();
+        type Vars = [Var; 0];
+        fn raw(&self) {}
+        fn vars(&self) -> [Var; 0] {
+            []
+        }
+    }
+
+    impl<T: Send + 'static> Side for &Data<T> {
+        type Raw = Value<T>;
+        type Vars = [Var; 1];
+        fn raw(&self) -> Value<T> {
+            self.shared.value
+        }
+        fn vars(&self) -> [Var; 1] {
+            [self.shared.var]
+        }
+    }
+
+    macro_rules! sides {
+        ($n:literal: $($t:ident $i:tt),+) => {
+            impl<$($t: Send + 'static),+> sealed::Side for ($(&Data<$t>,)+) {
+                type Raw = ($(Value<$t>,)+);
+                type Vars = [Var; $n];
+                fn raw(&self) -> Self::Raw {
+                    ($(self.$i.shared.value,)+)
+                }
+                fn vars(&self) -> [Var; $n] {
+                    [$(self.$i.shared.var,)+]
+                }
+            }
+        };
+    }
+    pub(super) use sides;
 }
 
 /// The data an operation reads: `()`, a `&Data<T>`, or a tuple of up to
 /// eight; its body receives `&T` in the same shape.
-pub trait Reads: sealed::Sealed {
+pub trait Reads: sealed::Side {
     /// The references the body receives.
     type Refs<'a>;
-    #[doc(hidden)]
-    type Raw: Copy + Send + 'static;
-    /// The variables, one per datum (an array of exactly that many).
-    #[doc(hidden)]
-    type Vars: AsRef<[Var]>;
-    #[doc(hidden)]
-    fn raw(&self) -> Self::Raw;
-    #[doc(hidden)]
-    fn vars(&self) -> Self::Vars;
     /// # Safety
     /// The caller holds a read of each variable, and the values are alive.
     #[doc(hidden)]
@@ -263,18 +301,9 @@ pub trait Reads: sealed::Sealed {
 
 /// The data an operation writes: `()`, a `&Data<T>`, or a tuple of up to
 /// eight; its body receives `&mut T` in the same shape.
-pub trait Writes: sealed::Sealed {
+pub trait Writes: sealed::Side {
     /// The references the body receives.
     type Muts<'a>;
-    #[doc(hidden)]
-    type Raw: Copy + Send + 'static;
-    /// The variables, one per datum (an array of exactly that many).
-    #[doc(hidden)]
-    type Vars: AsRef<[Var]>;
-    #[doc(hidden)]
-    fn raw(&self) -> Self::Raw;
-    #[doc(hidden)]
-    fn vars(&self) -> Self::Vars;
     /// # Safety
     /// The caller holds a write of each variable (none twice), and the
     /// values are alive.
@@ -282,42 +311,18 @@ pub trait Writes: sealed::Sealed {
     unsafe fn muts<'a>(raw: Self::Raw) -> Self::Muts<'a>;
 }
 
-impl sealed::Sealed for () {}
-
 impl Reads for () {
     type Refs<'a> = ();
-    type Raw = ();
-    type Vars = [Var; 0];
-    fn raw(&self) {}
-    fn vars(&self) -> [Var; 0] {
-        []
-    }
     unsafe fn refs<'a>(_raw: ()) -> Self::Refs<'a> {}
 }
 
 impl Writes for () {
     type Muts<'a> = ();
-    type Raw = ();
-    type Vars = [Var; 0];
-    fn raw(&self) {}
-    fn vars(&self) -> [Var; 0] {
-        []
-    }
     unsafe fn muts<'a>(_raw: ()) -> Self::Muts<'a> {}
 }
 
-impl<T: Send + 'static> sealed::Sealed for &Data<T> {}
-
 impl<T: Send + Sync + 'static> Reads for &Data<T> {
     type Refs<'a> = &'a T;
-    type Raw = Value<T>;
-    type Vars = [Var; 1];
-    fn raw(&self) -> Value<T> {
-        self.shared.value
-    }
-    fn vars(&self) -> [Var; 1] {
-        [self.shared.var]
-    }
     unsafe fn refs<'a>(raw: Value<T>) -> &'a T {
         // SAFETY: the caller's contract: a granted read, a live value.
         unsafe { &*raw.get() }
@@ -326,14 +331,6 @@ impl<T: Send + Sync + 'static> Reads for &Data<T> {
 
 impl<T: Send + 'static> Writes for &Data<T> {
     type Muts<'a> = &'a mut T;
-    type Raw = Value<T>;
-    type Vars = [Var; 1];
-    fn raw(&self) -> Value<T> {
-        self.shared.value
-    }
-    fn vars(&self) -> [Var; 1] {
-        [self.shared.var]
-    }
     unsafe fn muts<'a>(raw: Value<T>) -> &'a mut T {
         // SAFETY: the caller's contract: a granted write, once, a live value.
         unsafe { &mut *raw.get() }
@@ -342,18 +339,10 @@ impl<T: Send + 'static> Writes for &Data<T> {
 
 macro_rules! tuples {
     ($n:literal: $($t:ident $i:tt),+) => {
-        impl<$($t: Send + 'static),+> sealed::Sealed for ($(&Data<$t>,)+) {}
+        sealed::sides!($n: $($t $i),+);
 
         impl<$($t: Send + Sync + 'static),+> Reads for ($(&Data<$t>,)+) {
             type Refs<'a> = ($(&'a $t,)+);
-            type Raw = ($(Value<$t>,)+);
-            type Vars = [Var; $n];
-            fn raw(&self) -> Self::Raw {
-                ($(self.$i.shared.value,)+)
-            }
-            fn vars(&self) -> [Var; $n] {
-                [$(self.$i.shared.var,)+]
-            }
             unsafe fn refs<'a>(raw: Self::Raw) -> Self::Refs<'a> {
                 // SAFETY: the caller's contract, for each.
                 ($(unsafe { &*raw.$i.get() },)+)
@@ -362,14 +351,6 @@ macro_rules! tuples {
 
         impl<$($t: Send + 'static),+> Writes for ($(&Data<$t>,)+) {
             type Muts<'a> = ($(&'a mut $t,)+);
-            type Raw = ($(Value<$t>,)+);
-            type Vars = [Var; $n];
-            fn raw(&self) -> Self::Raw {
-                ($(self.$i.shared.value,)+)
-            }
-            fn vars(&self) -> [Var; $n] {
-                [$(self.$i.shared.var,)+]
-            }
             unsafe fn muts<'a>(raw: Self::Raw) -> Self::Muts<'a> {
                 // SAFETY: the caller's contract, for each (no value twice:
                 // the push checked).
@@ -420,7 +401,7 @@ impl<T: Send + 'static> Data<T> {
             done.signal();
             return Err(EngineError::OpFailed(e));
         }
-        Ok(ReadGuard { data: self, done: Some(done) })
+        Ok(ReadGuard { data: self, _held: Held(Some(done)) })
     }
 
     /// Waits until every operation pushed so far on this data has finished,
@@ -431,7 +412,7 @@ impl<T: Send + 'static> Data<T> {
     /// to see one.
     pub fn write(&self) -> Result<WriteGuard<'_, T>, EngineError> {
         let done = self.acquire(true)?;
-        Ok(WriteGuard { data: self, done: Some(done), _not_sync: PhantomData })
+        Ok(WriteGuard { data: self, _held: Held(Some(done)), _not_sync: PhantomData })
     }
 
     /// Pushes an operation that holds this data's variable (a write if
@@ -479,8 +460,12 @@ impl<T: Send + 'static> Data<T> {
 /// a read of it until the guard is dropped.
 pub struct ReadGuard<'a, T: Send + 'static> {
     data: &'a Data<T>,
-    done: Option<Completion>,
+    _held: Held,
 }
+
+/// The access a guard holds: the access operation's completion, signalled
+/// when the guard is dropped.
+struct Held(Option<Completion>);
 
 impl<T: Send + 'static> std::ops::Deref for ReadGuard<'_, T> {
     type Target = T;
@@ -491,19 +476,11 @@ impl<T: Send + 'static> std::ops::Deref for ReadGuard<'_, T> {
     }
 }
 
-impl<T: Send + 'static> Drop for ReadGuard<'_, T> {
-    fn drop(&mut self) {
-        if let Some(done) = self.done.take() {
-            done.signal();
-        }
-    }
-}
-
 /// Exclusive access to a [`Data`]'s value ([`Data::write`]); the engine
 /// holds a write of it until the guard is dropped.
 pub struct WriteGuard<'a, T: Send + 'static> {
     data: &'a Data<T>,
-    done: Option<Completion>,
+    _held: Held,
     /// `&mut T` through a shared guard must not be shared between threads
     /// unless `T` may be.
     _not_sync: PhantomData<&'a mut T>,
@@ -525,9 +502,9 @@ impl<T: Send + 'static> std::ops::DerefMut for WriteGuard<'_, T> {
     }
 }
 
-impl<T: Send + 'static> Drop for WriteGuard<'_, T> {
+impl Drop for Held {
     fn drop(&mut self) {
-        if let Some(done) = self.done.take() {
+        if let Some(done) = self.0.take() {
             done.signal();
         }
     }

@@ -18,7 +18,7 @@ SRC = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src")
 # Lowest first. A file's layer is the first folder under src/, or the file
 # itself for top-level files.
 LAYERS = ["base", "sync", "mem", "graph", "observe", "exec", "policy", "core", "api"]
-TOP_LEVEL = {"lib": "api", "bench_parts": "api", "engine": "api", "config": "api", "data": "api"}
+TOP_LEVEL = {"lib": "api", "bench_parts": "api", "engine": "api", "config": "api", "data": "api", "future": "api"}
 
 
 def module_of(path):

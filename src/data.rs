@@ -33,15 +33,22 @@
 //! threads are gone.
 
 use crate::base::context::{FnProperty, PushOpts, RunContext};
+use crate::base::error::OpError;
 use crate::base::error::{EngineError, OpOutput};
+use crate::core::wait::Granted;
 use crate::core::Core;
 use crate::engine::Engine;
+use crate::future::HoldWait;
+use crate::graph::operator::Operator;
 use crate::graph::var::Var;
 use crate::mem::completion::Completion;
 use std::cell::UnsafeCell;
+use std::future::Future;
 use std::marker::PhantomData;
+use std::pin::Pin;
 use std::ptr::NonNull;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
+use std::task::Poll;
 
 /// A value of type `T` shared by operations through the engine (module
 /// docs). Cloning a handle is cheap (a reference count); the value is
@@ -187,6 +194,18 @@ impl Engine {
     /// engine.push_data((), &y, move |_, (), y| *y = *x2).unwrap();
     /// ```
     ///
+    /// A missing dependency, the bug that silently gives wrong numbers with
+    /// untyped variables, does not compile: here `examples/mlp.rs`'s tile
+    /// product with `b` left out of the reads.
+    ///
+    /// ```compile_fail
+    /// # fn product(c: &mut [f32], a: &[f32], b: &[f32]) {}
+    /// let engine = depengine::Engine::builder().build().unwrap();
+    /// let (a, b, c) = (engine.data(vec![0f32; 16]), engine.data(vec![0f32; 16]), engine.data(vec![0f32; 16]));
+    /// let b2 = b.clone();
+    /// engine.push_data(&a, &c, move |_, a, c| product(c, a, &b2)).unwrap();
+    /// ```
+    ///
     /// and data must be `Send` (a value another thread's body uses):
     ///
     /// ```compile_fail
@@ -197,7 +216,7 @@ impl Engine {
     where
         R: Reads,
         W: Writes,
-        F: for<'a> FnOnce(&RunContext, R::Refs<'a>, W::Muts<'a>) -> O + Send + 'static,
+        F: for<'a> FnOnce(&RunContext, Refs<'a, R>, Muts<'a, W>) -> O + Send + 'static,
         O: OpOutput,
     {
         self.push_data_with(reads, writes, PushOpts::new(), body)
@@ -208,21 +227,181 @@ impl Engine {
     where
         R: Reads,
         W: Writes,
-        F: for<'a> FnOnce(&RunContext, R::Refs<'a>, W::Muts<'a>) -> O + Send + 'static,
+        F: for<'a> FnOnce(&RunContext, Refs<'a, R>, Muts<'a, W>) -> O + Send + 'static,
         O: OpOutput,
     {
-        let (read_vars, write_vars) = (reads.vars(), writes.vars());
+        let (read_vars, write_vars, body) = self.typed_vars(&reads, &writes, body)?;
         let (read_vars, write_vars) = (read_vars.as_ref(), write_vars.as_ref());
-        if let Err(e) = check_aliasing(read_vars, write_vars) {
-            self.core().drop_user_value(body);
-            return Err(e);
-        }
         let (r, w) = (reads.raw(), writes.raw());
         // SAFETY: the engine runs this body only while it holds these
         // accesses, with no two references to one value (checked above),
         // and the values outlive every operation pushed on them (module docs).
-        let run = move |ctx: &RunContext| body(ctx, unsafe { R::refs(r) }, unsafe { W::muts(w) });
+        let run = move |ctx: &RunContext| body(ctx, unsafe { r.refs() }, unsafe { w.muts() });
         self.push_sync_with(run, read_vars, write_vars, opts)
+    }
+}
+
+impl Engine {
+    /// Pushes an asynchronous operation on typed data: its body receives
+    /// an [`Access`] that owns the operation's completion. The access
+    /// hands out the references and may be moved to any thread; the data
+    /// stays held until it is signalled (or dropped, which fails the
+    /// operation, as a dropped [`Completion`] does).
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().build().unwrap();
+    /// let (x, y) = (engine.data(20u32), engine.data(0u32));
+    /// engine
+    ///     .push_data_async(&x, &y, |_, mut access| {
+    ///         std::thread::spawn(move || {
+    ///             let (x, y) = access.get();
+    ///             *y = *x + 1;
+    ///             access.signal();
+    ///         });
+    ///     })
+    ///     .unwrap();
+    /// assert_eq!(*y.read().unwrap(), 21);
+    /// ```
+    ///
+    /// References cannot outlive the access they came from, which ends the
+    /// operation:
+    ///
+    /// ```compile_fail
+    /// let engine = depengine::Engine::builder().build().unwrap();
+    /// let y = engine.data(0u32);
+    /// engine
+    ///     .push_data_async((), &y, |_, mut access| {
+    ///         let ((), y) = access.get();
+    ///         access.signal();
+    ///         *y = 1;
+    ///     })
+    ///     .unwrap();
+    /// ```
+    pub fn push_data_async<R, W, F>(&self, reads: R, writes: W, body: F) -> Result<(), EngineError>
+    where
+        R: Reads,
+        W: Writes,
+        F: FnOnce(&RunContext, Access<R::Raw, W::Raw>) + Send + 'static,
+    {
+        self.push_data_async_with(reads, writes, PushOpts::new(), body)
+    }
+
+    /// [`push_data_async`](Self::push_data_async) with explicit options.
+    pub fn push_data_async_with<R, W, F>(&self, reads: R, writes: W, opts: PushOpts, body: F) -> Result<(), EngineError>
+    where
+        R: Reads,
+        W: Writes,
+        F: FnOnce(&RunContext, Access<R::Raw, W::Raw>) + Send + 'static,
+    {
+        let (read_vars, write_vars, body) = self.typed_vars(&reads, &writes, body)?;
+        let (read_vars, write_vars) = (read_vars.as_ref(), write_vars.as_ref());
+        let (reads, writes) = (reads.raw(), writes.raw());
+        let run = move |ctx: &RunContext, done: Completion| body(ctx, Access { reads, writes, done });
+        self.push_async_with(run, read_vars, write_vars, opts)
+    }
+}
+
+impl Engine {
+    /// Builds a prebuilt operator ([`Engine::new_operator`]) on typed
+    /// data: each [`push_op`](Engine::push_op) runs `body` with the data's
+    /// references. The operator keeps its data alive until it is deleted
+    /// and its pushes have run.
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().build().unwrap();
+    /// let (step, total) = (engine.data(3u64), engine.data(0u64));
+    /// let op = engine
+    ///     .new_data_operator(&step, &total, depengine::FnProperty::Normal, "accumulate", |_, step, total| {
+    ///         *total += *step
+    ///     })
+    ///     .unwrap();
+    /// for _ in 0..4 {
+    ///     engine.push_op(&op, depengine::Context::cpu(), 0).unwrap();
+    /// }
+    /// engine.delete_operator(op);
+    /// assert_eq!(*total.read().unwrap(), 12);
+    /// ```
+    pub fn new_data_operator<R, W, F, O>(
+        &self,
+        reads: R,
+        writes: W,
+        prop: FnProperty,
+        name: &'static str,
+        body: F,
+    ) -> Result<Operator, EngineError>
+    where
+        R: Reads,
+        W: Writes,
+        F: for<'a> Fn(&RunContext, Refs<'a, R>, Muts<'a, W>) -> O + Send + Sync + 'static,
+        O: OpOutput,
+    {
+        let (read_vars, write_vars, body) = self.typed_vars(&reads, &writes, body)?;
+        let (read_vars, write_vars) = (read_vars.as_ref(), write_vars.as_ref());
+        let (r, w) = (reads.raw(), writes.raw());
+        let handles = (reads.owned(), writes.owned());
+        let run = move |ctx: &RunContext| {
+            let _alive = &handles;
+            // SAFETY: as in `push_data_with`; the operator's handles keep
+            // the values alive while it can run.
+            body(ctx, unsafe { r.refs() }, unsafe { w.muts() })
+        };
+        self.new_operator(run, read_vars, write_vars, prop, name)
+    }
+}
+
+/// The data of an asynchronous typed operation
+/// ([`Engine::push_data_async`]): owns the operation's [`Completion`], so
+/// the references it hands out end when the operation does.
+#[must_use = "an Access dropped unsignalled fails its operation"]
+pub struct Access<R: ReadRaw, W: WriteRaw> {
+    reads: R,
+    writes: W,
+    done: Completion,
+}
+
+impl<R: ReadRaw, W: WriteRaw> Access<R, W> {
+    /// `&T` for each datum read and `&mut T` for each datum written, in
+    /// the shapes of the push.
+    pub fn get(&mut self) -> (R::Refs<'_>, W::Muts<'_>) {
+        // SAFETY: the operation holds its accesses until `done` is
+        // signalled, which consumes `self`; the references borrow `self`
+        // mutably, so none outlives it nor is handed out twice. The push
+        // refused aliases; the handles' values outlive their operations.
+        unsafe { (self.reads.refs(), self.writes.muts()) }
+    }
+
+    /// The operation succeeded; its data are released.
+    pub fn signal(self) {
+        self.done.signal();
+    }
+
+    /// The operation failed with `message` (as [`Completion::fail`]).
+    pub fn fail(self, message: impl std::fmt::Display) {
+        self.done.fail(message);
+    }
+}
+
+impl<R: ReadRaw, W: WriteRaw> std::fmt::Debug for Access<R, W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Access").field("done", &self.done).finish()
+    }
+}
+
+impl Engine {
+    /// The variables of a typed push, checked for aliases
+    /// ([`check_aliasing`]); refused, the body is dropped unrun.
+    fn typed_vars<R: sealed::Side, W: sealed::Side, B>(
+        &self,
+        reads: &R,
+        writes: &W,
+        body: B,
+    ) -> Result<(R::Vars, W::Vars, B), EngineError> {
+        let (read_vars, write_vars) = (reads.vars(), writes.vars());
+        if let Err(e) = check_aliasing(read_vars.as_ref(), write_vars.as_ref()) {
+            self.core().drop_user_value(body);
+            return Err(e);
+        }
+        Ok((read_vars, write_vars, body))
     }
 }
 
@@ -244,17 +423,22 @@ mod sealed {
     /// operation holds them, and their variables. Implemented here only.
     pub trait Side {
         /// The values' blocks, as the operation keeps them.
-        type Raw: Copy + Send + 'static;
+        type Raw: Copy + Send + Sync + 'static;
         /// The variables, one per datum (an array of exactly that many).
         type Vars: AsRef<[Var]>;
+        /// Handles that keep the values alive (a prebuilt operator's).
+        type Owned: Send + Sync + 'static;
         fn raw(&self) -> Self::Raw;
         fn vars(&self) -> Self::Vars;
+        fn owned(&self) -> Self::Owned;
     }
 
     impl Side for () {
         type Raw = ();
         type Vars = [Var; 0];
+        type Owned = ();
         fn raw(&self) {}
+        fn owned(&self) {}
         fn vars(&self) -> [Var; 0] {
             []
         }
@@ -263,6 +447,10 @@ mod sealed {
     impl<T: Send + 'static> Side for &Data<T> {
         type Raw = Value<T>;
         type Vars = [Var; 1];
+        type Owned = Data<T>;
+        fn owned(&self) -> Data<T> {
+            (*self).clone()
+        }
         fn raw(&self) -> Value<T> {
             self.shared.value
         }
@@ -271,16 +459,33 @@ mod sealed {
         }
     }
 
+    /// A plain variable among typed data: an untyped resource, which the
+    /// body receives as `()`.
+    impl Side for Var {
+        type Raw = ();
+        type Vars = [Var; 1];
+        type Owned = ();
+        fn raw(&self) {}
+        fn vars(&self) -> [Var; 1] {
+            [*self]
+        }
+        fn owned(&self) {}
+    }
+
     macro_rules! sides {
         ($n:literal: $($t:ident $i:tt),+) => {
-            impl<$($t: Send + 'static),+> sealed::Side for ($(&Data<$t>,)+) {
-                type Raw = ($(Value<$t>,)+);
+            impl<$($t: sealed::Side<Vars = [Var; 1]>),+> sealed::Side for ($($t,)+) {
+                type Raw = ($($t::Raw,)+);
                 type Vars = [Var; $n];
+                type Owned = ($($t::Owned,)+);
+                fn owned(&self) -> Self::Owned {
+                    ($(self.$i.owned(),)+)
+                }
                 fn raw(&self) -> Self::Raw {
-                    ($(self.$i.shared.value,)+)
+                    ($(self.$i.raw(),)+)
                 }
                 fn vars(&self) -> [Var; $n] {
-                    [$(self.$i.shared.var,)+]
+                    [$(self.$i.vars()[0],)+]
                 }
             }
         };
@@ -289,51 +494,74 @@ mod sealed {
 }
 
 /// The data an operation reads: `()`, a `&Data<T>`, or a tuple of up to
-/// eight; its body receives `&T` in the same shape.
-pub trait Reads: sealed::Side {
+/// eight; its body receives `&T` in the same shape. A plain [`Var`] may
+/// stand in a tuple (or alone) for an untyped resource; its body receives
+/// `()` there.
+pub trait Reads: sealed::Side<Raw: ReadRaw> {}
+
+/// The data an operation writes: `()`, a `&Data<T>`, or a tuple of up to
+/// eight; its body receives `&mut T` in the same shape (`()` for a plain
+/// [`Var`]).
+pub trait Writes: sealed::Side<Raw: WriteRaw> {}
+
+/// The read side of an operation as it holds it: the values' blocks (one
+/// [`Value`] or a tuple of them), which give the body its `&T`.
+#[doc(hidden)]
+pub trait ReadRaw: Copy + Send + 'static {
     /// The references the body receives.
     type Refs<'a>;
     /// # Safety
     /// The caller holds a read of each variable, and the values are alive.
-    #[doc(hidden)]
-    unsafe fn refs<'a>(raw: Self::Raw) -> Self::Refs<'a>;
+    unsafe fn refs<'a>(self) -> Self::Refs<'a>;
 }
 
-/// The data an operation writes: `()`, a `&Data<T>`, or a tuple of up to
-/// eight; its body receives `&mut T` in the same shape.
-pub trait Writes: sealed::Side {
+/// The write side of an operation as it holds it, which gives the body
+/// its `&mut T`.
+#[doc(hidden)]
+pub trait WriteRaw: Copy + Send + 'static {
     /// The references the body receives.
     type Muts<'a>;
     /// # Safety
     /// The caller holds a write of each variable (none twice), and the
     /// values are alive.
-    #[doc(hidden)]
-    unsafe fn muts<'a>(raw: Self::Raw) -> Self::Muts<'a>;
+    unsafe fn muts<'a>(self) -> Self::Muts<'a>;
 }
 
-impl Reads for () {
+/// The references a body reading `R` receives.
+pub type Refs<'a, R> = <<R as sealed::Side>::Raw as ReadRaw>::Refs<'a>;
+/// The references a body writing `W` receives.
+pub type Muts<'a, W> = <<W as sealed::Side>::Raw as WriteRaw>::Muts<'a>;
+
+impl Reads for () {}
+impl Writes for () {}
+impl<T: Send + Sync + 'static> Reads for &Data<T> {}
+impl<T: Send + 'static> Writes for &Data<T> {}
+impl Reads for Var {}
+impl Writes for Var {}
+
+impl ReadRaw for () {
     type Refs<'a> = ();
-    unsafe fn refs<'a>(_raw: ()) -> Self::Refs<'a> {}
+    unsafe fn refs<'a>(self) -> Self::Refs<'a> {}
 }
 
-impl Writes for () {
+impl WriteRaw for () {
     type Muts<'a> = ();
-    unsafe fn muts<'a>(_raw: ()) -> Self::Muts<'a> {}
+    unsafe fn muts<'a>(self) -> Self::Muts<'a> {}
 }
 
-impl<T: Send + Sync + 'static> Reads for &Data<T> {
+impl<T: Send + Sync + 'static> ReadRaw for Value<T> {
     type Refs<'a> = &'a T;
-    unsafe fn refs<'a>(raw: Value<T>) -> &'a T {
+    unsafe fn refs<'a>(self) -> &'a T {
         // SAFETY: the caller's contract: a granted read, a live value.
-        unsafe { &*raw.get() }
+        unsafe { &*self.get() }
     }
 }
 
-impl<T: Send + 'static> Writes for &Data<T> {
+impl<T: Send + 'static> WriteRaw for Value<T> {
     type Muts<'a> = &'a mut T;
-    unsafe fn muts<'a>(raw: Value<T>) -> &'a mut T {
+    unsafe fn muts<'a>(self) -> &'a mut T {
         // SAFETY: the caller's contract: a granted write, once, a live value.
-        unsafe { &mut *raw.get() }
+        unsafe { &mut *self.get() }
     }
 }
 
@@ -341,20 +569,23 @@ macro_rules! tuples {
     ($n:literal: $($t:ident $i:tt),+) => {
         sealed::sides!($n: $($t $i),+);
 
-        impl<$($t: Send + Sync + 'static),+> Reads for ($(&Data<$t>,)+) {
-            type Refs<'a> = ($(&'a $t,)+);
-            unsafe fn refs<'a>(raw: Self::Raw) -> Self::Refs<'a> {
+        impl<$($t: Reads + sealed::Side<Vars = [Var; 1]>),+> Reads for ($($t,)+) {}
+        impl<$($t: Writes + sealed::Side<Vars = [Var; 1]>),+> Writes for ($($t,)+) {}
+
+        impl<$($t: ReadRaw),+> ReadRaw for ($($t,)+) {
+            type Refs<'a> = ($($t::Refs<'a>,)+);
+            unsafe fn refs<'a>(self) -> Self::Refs<'a> {
                 // SAFETY: the caller's contract, for each.
-                ($(unsafe { &*raw.$i.get() },)+)
+                ($(unsafe { self.$i.refs() },)+)
             }
         }
 
-        impl<$($t: Send + 'static),+> Writes for ($(&Data<$t>,)+) {
-            type Muts<'a> = ($(&'a mut $t,)+);
-            unsafe fn muts<'a>(raw: Self::Raw) -> Self::Muts<'a> {
+        impl<$($t: WriteRaw),+> WriteRaw for ($($t,)+) {
+            type Muts<'a> = ($($t::Muts<'a>,)+);
+            unsafe fn muts<'a>(self) -> Self::Muts<'a> {
                 // SAFETY: the caller's contract, for each (no value twice:
                 // the push checked).
-                ($(unsafe { &mut *raw.$i.get() },)+)
+                ($(unsafe { self.$i.muts() },)+)
             }
         }
     };
@@ -371,14 +602,14 @@ tuples!(8: A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
 
 // ----- access from outside the engine --------------------------------------
 
-/// Where an access operation hands its completion to the waiting thread.
-#[derive(Default)]
-struct Handoff {
-    completion: Mutex<Option<Completion>>,
-    ready: Condvar,
-}
-
 impl<T: Send + 'static> Data<T> {
+    /// The variable that guards the value: for the untyped waits
+    /// ([`Engine::wait_var`]) and pushes, which order with the typed ones
+    /// but cannot reach the value.
+    pub fn var(&self) -> Var {
+        self.shared.var
+    }
+
     /// Waits until every operation pushed so far that writes this data has
     /// finished, then gives shared access to the value: while the guard
     /// lives, the engine holds a read of it (later writes wait; reads run).
@@ -389,19 +620,22 @@ impl<T: Send + 'static> Data<T> {
     /// is refused ([`EngineError::WaitWouldDeadlock`]); on other data it
     /// waits like [`Engine::wait_var`], and deadlocks if what it waits for
     /// is queued behind this body.
+    ///
+    /// A guard borrows its handle, and cannot outlive it:
+    ///
+    /// ```compile_fail
+    /// let engine = depengine::Engine::builder().build().unwrap();
+    /// let x = engine.data(1u32);
+    /// let guard = x.read().unwrap();
+    /// drop(x);
+    /// assert_eq!(*guard, 1);
+    /// ```
     pub fn read(&self) -> Result<ReadGuard<'_, T>, EngineError>
     where
         T: Sync,
     {
-        let done = self.acquire(false)?;
-        // SAFETY: the access operation holds a read of the variable until
-        // `done` is signalled, so no write can run meanwhile.
-        let error = unsafe { self.shared.core.vars.get(self.shared.var.slot).error() };
-        if let Some(e) = error {
-            done.signal();
-            return Err(EngineError::OpFailed(e));
-        }
-        Ok(ReadGuard { data: self, _held: Held(Some(done)) })
+        let (error, done) = self.acquire(false)?;
+        Ok(ReadGuard { data: self, _held: self.granted(false, error, done)? })
     }
 
     /// Waits until every operation pushed so far on this data has finished,
@@ -411,48 +645,104 @@ impl<T: Send + 'static> Data<T> {
     /// earlier failure, and clears it when the guard is dropped: read first
     /// to see one.
     pub fn write(&self) -> Result<WriteGuard<'_, T>, EngineError> {
-        let done = self.acquire(true)?;
-        Ok(WriteGuard { data: self, _held: Held(Some(done)), _not_sync: PhantomData })
+        let (error, done) = self.acquire(true)?;
+        Ok(WriteGuard { data: self, _held: self.granted(true, error, done)?, _not_sync: PhantomData })
     }
 
-    /// Pushes an operation that holds this data's variable (a write if
-    /// `write`) until its completion, and waits for that completion.
-    fn acquire(&self, write: bool) -> Result<Completion, EngineError> {
+    /// [`read`](Self::read) as a future (see [`future`](crate::future)):
+    /// the access is asked for at this call, in push order, and granted
+    /// when the future resolves; no thread blocks meanwhile.
+    ///
+    /// ```
+    /// let engine = depengine::Engine::builder().build().unwrap();
+    /// let x = engine.data(vec![1, 2, 3]);
+    /// engine.push_data((), &x, |_, (), x| x.push(4)).unwrap();
+    /// let sum = depengine::future::block_on(async {
+    ///     let x = x.read_async().await?;
+    ///     Ok::<_, depengine::EngineError>(x.iter().sum::<i32>())
+    /// });
+    /// assert_eq!(sum.unwrap(), 10);
+    /// ```
+    pub fn read_async(&self) -> ReadAsync<'_, T>
+    where
+        T: Sync,
+    {
+        ReadAsync { data: self, hold: HoldWait::new(&self.shared.core, self.shared.var, false) }
+    }
+
+    /// [`write`](Self::write) as a future (see [`read_async`](Self::read_async)).
+    /// A future dropped after the engine granted its access, before it was
+    /// polled again, gives the access back as a guard dropped at once would:
+    /// an empty write.
+    pub fn write_async(&self) -> WriteAsync<'_, T> {
+        WriteAsync { data: self, hold: HoldWait::new(&self.shared.core, self.shared.var, true) }
+    }
+
+    /// Pushes an access marker on this data's variable (a write if
+    /// `write`) and waits until it grants the access: returns the failure
+    /// the value holds and the completion that ends the access.
+    fn acquire(&self, write: bool) -> Result<Granted, EngineError> {
         let core = &self.shared.core;
         let var = self.shared.var;
         if core.would_deadlock(Some(var)) {
             return Err(EngineError::WaitWouldDeadlock);
         }
-        let handoff = Arc::new(Handoff::default());
-        let give = handoff.clone();
-        let body = move |_: &RunContext, done: Completion| {
-            *give.completion.lock().unwrap_or_else(|p| p.into_inner()) = Some(done);
-            give.ready.notify_one();
-        };
-        let name = if write { "Data::write" } else { "Data::read" };
-        // Runs even after a failure, so that the access is granted and the
-        // failure reported (`read`).
-        let opts = PushOpts::new().name(name).prop(FnProperty::Async).no_skip();
-        let (reads, writes) = if write { (&[][..], &[var][..]) } else { (&[var][..], &[][..]) };
-        crate::engine::push_async_on(core, body, reads, writes, opts)?;
-        let mut slot = handoff.completion.lock().unwrap_or_else(|p| p.into_inner());
-        loop {
-            if let Some(done) = slot.take() {
-                return Ok(done);
-            }
-            // Engines whose ready work only waiting threads run need this
-            // thread's help; the others wake it (or the timeout does).
-            drop(slot);
-            let helped = core.help_once();
-            slot = handoff.completion.lock().unwrap_or_else(|p| p.into_inner());
-            if !helped && slot.is_none() {
-                slot = handoff
-                    .ready
-                    .wait_timeout(slot, std::time::Duration::from_millis(1))
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
-            }
+        let (error, done) = core.hold(var, write)?;
+        if let Err(e) = core.wait_answer(var, write, None) {
+            done.signal();
+            return Err(e);
         }
+        Ok((error, done))
+    }
+
+    /// The access is granted: a read reports the value's failure (and
+    /// gives the access back); otherwise the guard holds it.
+    fn granted(&self, write: bool, error: Option<Arc<OpError>>, done: Completion) -> Result<Held, EngineError> {
+        match error {
+            Some(e) if !write => {
+                done.signal();
+                Err(EngineError::OpFailed(e))
+            }
+            _ => Ok(Held(Some(done))),
+        }
+    }
+}
+
+/// The future of [`Data::read_async`].
+#[must_use = "a future does nothing unless awaited"]
+pub struct ReadAsync<'a, T: Send + 'static> {
+    data: &'a Data<T>,
+    hold: HoldWait<'a>,
+}
+
+impl<'a, T: Send + Sync + 'static> Future for ReadAsync<'a, T> {
+    type Output = Result<ReadGuard<'a, T>, EngineError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
+        let me = self.get_mut();
+        me.hold.poll_hold(cx).map(|held| {
+            let (error, done) = held?;
+            Ok(ReadGuard { data: me.data, _held: me.data.granted(false, error, done)? })
+        })
+    }
+}
+
+/// The future of [`Data::write_async`].
+#[must_use = "a future does nothing unless awaited"]
+pub struct WriteAsync<'a, T: Send + 'static> {
+    data: &'a Data<T>,
+    hold: HoldWait<'a>,
+}
+
+impl<'a, T: Send + 'static> Future for WriteAsync<'a, T> {
+    type Output = Result<WriteGuard<'a, T>, EngineError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> Poll<Self::Output> {
+        let me = self.get_mut();
+        me.hold.poll_hold(cx).map(|held| {
+            let (error, done) = held?;
+            Ok(WriteGuard { data: me.data, _held: me.data.granted(true, error, done)?, _not_sync: PhantomData })
+        })
     }
 }
 

@@ -152,6 +152,7 @@ pub mod bench_parts;
 mod config;
 mod data;
 mod engine;
+pub mod future;
 #[cfg(feature = "cuda")]
 pub use cudarc;
 
@@ -162,7 +163,7 @@ pub use crate::base::tuning::INLINE_VARS;
 pub use crate::config::{
     EngineBuilder, EngineKind, DEFAULT_INLINE_PACE, DEFAULT_MAX_PENDING, ENV_VARS, MAX_POOL_THREADS, MAX_PROFILE_EVENTS,
 };
-pub use crate::data::{Data, ReadGuard, Reads, WriteGuard, Writes};
+pub use crate::data::{Access, Data, Muts, ReadAsync, ReadGuard, Reads, Refs, WriteAsync, WriteGuard, Writes};
 pub use crate::engine::Engine;
 pub use crate::graph::operator::Operator;
 pub use crate::graph::var::Var;

@@ -191,3 +191,58 @@ fn a_guard_inside_a_body_holding_the_data_is_refused() {
         assert_eq!(*verdict.read().unwrap(), Some(Some(EngineError::WaitWouldDeadlock)));
     }
 }
+
+/// A struct holding data handles: the body moves the fields it uses (here
+/// a name) while the push names the struct's data, with no copy of the
+/// variables first; the body gets the values, not the handles.
+#[test]
+fn a_body_moves_a_struct_field_while_the_push_names_its_data() {
+    struct Layer {
+        weights: depengine::Data<Vec<f32>>,
+        out: depengine::Data<Vec<f32>>,
+        name: String,
+    }
+    let engine = Engine::builder().build().unwrap();
+    let layer = Layer { weights: engine.data(vec![2.0; 4]), out: engine.data(Vec::new()), name: "fc1".into() };
+    let log = engine.data(Vec::<String>::new());
+    engine
+        .push_data(&layer.weights, (&layer.out, &log), move |_, w, (out, log)| {
+            out.extend(w.iter().map(|x| x * 3.0));
+            log.push(layer.name);
+        })
+        .unwrap();
+    assert_eq!(*layer.out.read().unwrap(), [6.0; 4]);
+    assert_eq!(*log.read().unwrap(), ["fc1"]);
+}
+
+/// Plain variables mix with typed data in one operation, for untyped
+/// resources: ordered with the others, received as `()`.
+#[test]
+fn plain_variables_mix_with_typed_data() {
+    let engine = Engine::builder().build().unwrap();
+    let (device, x) = (engine.new_var(), engine.data(0u32));
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let o = order.clone();
+    engine
+        .push_sync(
+            move |_| {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                o.lock().unwrap().push("untyped");
+            },
+            &[],
+            &[device],
+        )
+        .unwrap();
+    let o = order.clone();
+    engine
+        .push_data(device, (&x,), move |_, (), (x,)| {
+            *x = 1;
+            o.lock().unwrap().push("typed");
+        })
+        .unwrap();
+    engine.push_data((&x, device), (), |_, (x, ()), ()| assert_eq!(*x, 1)).unwrap();
+    engine.wait_all().unwrap();
+    assert_eq!(*order.lock().unwrap(), ["untyped", "typed"]);
+    // The same variable twice is refused, typed or not.
+    assert!(matches!(engine.push_data(device, device, |_, (), ()| {}), Err(depengine::EngineError::AliasedData)));
+}

@@ -390,3 +390,44 @@ fn random_kernels_on_every_ring_match_a_sequential_replay() {
         println!("{kind:?}: {} reads checked, {stats}", expected.len());
     }
 }
+
+/// Typed data holding device buffers: the bodies get the buffers and their
+/// lane's stream; a host datum filled by a copy from the device is current
+/// when its read guard is granted (the guard waits for the stream's work).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn typed_device_buffers_follow_the_push_order() {
+    let gpu = Arc::new(Gpu::new());
+    for kind in EngineKind::ALL {
+        let engine = gpu_engine(kind);
+        const N: usize = 1 << 20;
+        let x: Arc<Vec<f32>> = Arc::new((0..N).map(|i| (i % 97) as f32).collect());
+        let (dx, dy) = (engine.data(gpu.buffer(N)), engine.data(gpu.buffer(N)));
+        let host = engine.data(vec![0f32; N]);
+        let xs = x.clone();
+        let upload = move |rc: &RunContext, (), (dx, dy): (&mut DevBuf, &mut DevBuf)| {
+            dx.upload(&xs, stream(rc));
+            dy.upload(&vec![1f32; N], stream(rc));
+        };
+        engine.push_data_with((), (&dx, &dy), on_gpu(FnProperty::CopyToGpu), upload).unwrap();
+        for _ in 0..10 {
+            let g = gpu.clone();
+            let saxpy = move |rc: &RunContext, dx: &DevBuf, dy: &mut DevBuf| {
+                launch!(&g.saxpy, stream(rc), N; 2.0f32, dx.ptr, dy.ptr, N as u32);
+            };
+            engine.push_data_with(&dx, &dy, on_gpu(FnProperty::Normal), saxpy).unwrap();
+        }
+        let download = |rc: &RunContext, dy: &DevBuf, host: &mut Vec<f32>| {
+            // SAFETY: `host` has the buffer's size and stays borrowed by
+            // this operation until its stream work is done (the engine
+            // records it and later accesses wait for it).
+            unsafe { result::memcpy_dtoh_async(host.as_mut_slice(), dy.ptr, stream(rc).cu_stream()) }
+                .expect("download");
+        };
+        engine.push_data_with(&dy, &host, on_gpu(FnProperty::CopyFromGpu), download).unwrap();
+        let got = host.read().unwrap();
+        for (i, (g, x)) in got.iter().zip(x.iter()).enumerate() {
+            assert_eq!(*g, 1.0 + 20.0 * x, "{kind:?}: element {i}");
+        }
+    }
+}

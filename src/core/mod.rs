@@ -14,6 +14,7 @@ pub(crate) mod observe;
 pub(crate) mod route;
 pub(crate) mod run;
 pub(crate) mod throttle;
+pub(crate) mod wait;
 pub(crate) mod worker_batch;
 
 use crate::base::context::{Context, FnProperty, PushOpts};
@@ -24,9 +25,9 @@ use crate::graph::bulk_buf::BulkBuf;
 use crate::graph::dispatch::Dispatcher;
 use crate::graph::lifecycle::Lifecycle;
 use crate::graph::opr::{Body, Dep, OprBlock, OprKind, LOOK_AT_EACH_VAR, READ, WRITE};
-use crate::graph::var::{Var, VarSlot, Variables, DELETE_DISPATCHED};
+use crate::graph::var::{Var, Variables, DELETE_DISPATCHED};
 use crate::graph::var_queue::VarBlock;
-use crate::graph::wait::{Helper, PendingCounter, WaitSlot};
+use crate::graph::wait::{AllWaiters, PendingCounter, WaitSlot};
 use crate::mem::completion::CompletionSink;
 use crate::mem::pool::{Pool, PusherCaches, NIL};
 use crate::mem::sweep::SweepCache;
@@ -127,6 +128,8 @@ pub(crate) struct Core {
     /// (`graph/var.rs`).
     pub(crate) vars: Variables,
     pub(crate) waits: Pool<WaitSlot>,
+    /// The futures waiting for the engine to be idle.
+    pub(crate) all_waiters: AllWaiters,
     pub(crate) bulks: Pool<BulkBuf>,
     pub(crate) dispatcher: Dispatcher,
     /// Free variable blocks held by the combiner for its appends (touched
@@ -180,6 +183,7 @@ impl Core {
             blocks: Pool::new().prefetching(workers > 0).sweeping_from(if workers > 0 { SWEEP_ROUND } else { 0 }),
             vars: Variables::new(id),
             waits: Pool::with_first_segment(),
+            all_waiters: AllWaiters::default(),
             bulks: Pool::new(),
             dispatcher: Dispatcher::default(),
             spare_blocks: CachePadded::new(SpareBlocks(UnsafeCell::new(SweepCache::default()))),
@@ -340,7 +344,7 @@ impl Core {
             meta.rejected = None;
             // Off: one load and one branch. (`finish` leaves the field 0.)
             let session = self.observe.profiler.session();
-            if session != 0 && !matches!(kind, OprKind::Wait(_)) {
+            if session != 0 && !matches!(kind, OprKind::Wait(_) | OprKind::Hold(_)) {
                 meta.profile_session = session;
                 self.observe.profiler.stamp_push(block);
             }
@@ -513,7 +517,7 @@ impl Core {
 
     /// Dispatches everything submitted so far; `then` runs while combining,
     /// between two dispatches.
-    fn flush_dispatcher(&self, then: impl FnOnce()) {
+    pub(crate) fn flush_dispatcher(&self, then: impl FnOnce()) {
         let mut ready = ReadyList { head: NIL, tail: NIL };
         let me = crate::mem::thread_slot::current();
         self.dispatcher.flush(&self.oprs, me, |op, ticket| self.dispatch(op, ticket, &mut ready), then);
@@ -567,7 +571,9 @@ impl Core {
     /// Counts `n` operations as finished.
     #[inline]
     pub(crate) fn count_finished(&self, n: u64) {
-        self.pending.done(n, || self.dispatcher.dispatched());
+        if self.pending.done(n, || self.dispatcher.dispatched()) {
+            self.all_waiters.wake_all(&self.waits);
+        }
     }
 
     /// Gives back a block that was filled but never dispatched.
@@ -706,7 +712,7 @@ impl Core {
         if meta.profile_session != 0 || self.observe.diagnosis.is_some() {
             self.observe.observe_ready(block, meta);
         }
-        if matches!(meta.kind, OprKind::Wait(_)) || meta.rejected.is_some() {
+        if matches!(meta.kind, OprKind::Wait(_) | OprKind::Hold(_)) || meta.rejected.is_some() {
             self.run(op, None);
         } else if at_dispatch
             && matches!(meta.opts.prop, FnProperty::Async | FnProperty::DeleteVar)
@@ -741,99 +747,6 @@ impl Core {
             // it) and its deps are not written while it runs.
             Some(v) => unsafe { self.oprs.get(op).dep_slice().iter().any(|d| d.slot() == v.slot) },
         }
-    }
-
-    /// How a thread blocked in a wait helps run ready work.
-    fn helper(&self) -> Helper<impl FnMut() -> bool + '_> {
-        Helper { help: || self.help_once(), can_sleep: self.traits.waiters_can_sleep }
-    }
-
-    /// Blocks until everything pushed so far has finished.
-    pub(crate) fn wait_all(&self) {
-        self.wait_all_until(None);
-    }
-
-    /// [`wait_all`](Self::wait_all), giving up at `deadline` (if any);
-    /// returns whether everything finished.
-    pub(crate) fn wait_all_until(&self, deadline: Option<std::time::Instant>) -> bool {
-        self.flush_dispatcher(|| {});
-        let watched = self.observe.diag_wait_begin(None, false);
-        let finished = self.pending.wait_zero_until(&self.dispatcher, self.helper(), deadline);
-        self.observe.diag_wait_end(watched);
-        crate::exec::park::note_waited();
-        finished
-    }
-
-    /// Blocks until every operation pushed so far that `var`'s wait must
-    /// follow has finished (the writes; for `write`, the reads too); returns
-    /// the failure `var`'s value holds then.
-    ///
-    /// When `var` has nothing of the sort in flight — at once, or after
-    /// this thread has helped run one ready operation (the one it just
-    /// pushed, typically; when a peek at the queue says the first answer
-    /// would be no, it helps before asking) — it answers without queuing
-    /// anything; otherwise it pushes a marker reading (or writing) `var`
-    /// and blocks until the marker runs.
-    ///
-    /// `slot` is `var`'s, as [`Variables::slot_of`] found it valid; the
-    /// ask checks again under the dispatcher.
-    pub(crate) fn wait_var(&self, var: Var, slot: &VarSlot, write: bool) -> Result<(), EngineError> {
-        // Keep this thread's order: its bulked pushes go first.
-        self.flush_bulk()?;
-        crate::exec::park::note_waited();
-        // Right after a push to `var` an ask (which takes the dispatcher)
-        // would answer no: when a peek says so, help first, then ask. The
-        // peek is a racy hint (`VarQueue::looks_busy`).
-        let busy = slot.queue().looks_busy(&self.blocks, write);
-        let mut at_once = if busy { None } else { self.wait_var_at_once(var, slot, write) };
-        if at_once.is_none() && (self.help_once() || busy) {
-            at_once = self.wait_var_at_once(var, slot, write);
-        }
-        if let Some(answer) = at_once {
-            self.observe.stats.waited_at_once();
-            return answer;
-        }
-        let ws = self.waits.take();
-        self.waits.get(ws).arm();
-        let opts = PushOpts::new().name(if write { "wait_to_write" } else { "wait_var" });
-        let (reads, writes): (&[Var], &[Var]) = if write { (&[], &[var]) } else { (&[var], &[]) };
-        if let Err(e) = self.push(Body::Empty, false, reads, writes, &opts, OprKind::Wait(ws)) {
-            self.waits.give(ws);
-            return Err(e);
-        }
-        self.observe.stats.waited();
-        let watched = self.observe.diag_wait_begin(Some(var), write);
-        let (error, last) = self.waits.get(ws).wait(self.helper());
-        self.observe.diag_wait_end(watched);
-        if last {
-            self.waits.give(ws);
-        }
-        error.map_or(Ok(()), |e| Err(EngineError::OpFailed(e)))
-    }
-
-    /// `wait_var`'s answer if `var` has nothing in flight the wait must
-    /// follow; `None` otherwise (and on any error, which the marker path
-    /// reports the usual way).
-    fn wait_var_at_once(&self, var: Var, slot: &VarSlot, write: bool) -> Option<Result<(), EngineError>> {
-        let mut answer = None;
-        // As the combiner: every push that returned before this call has
-        // been appended (the drain), and nothing can be appended while we
-        // look, so the queue's answer holds until we have read the value's
-        // failure.
-        self.flush_dispatcher(|| {
-            if self.life.is_closing() || !slot.dispatchable(var.gen) {
-                return;
-            }
-            // We hold the dispatcher (the appender's role): the answer holds.
-            if slot.queue().grants_at_once(&self.blocks, write) {
-                // SAFETY: no write is granted or queued, and none can be
-                // queued while we hold the dispatcher, so nobody writes the
-                // failure while we read it — what a granted read relies on.
-                let error = unsafe { slot.error() };
-                answer = Some(error.map_or(Ok(()), |e| Err(EngineError::OpFailed(e))));
-            }
-        });
-        answer
     }
 }
 

@@ -51,14 +51,18 @@ impl Core {
         // SAFETY: a scheduled block belongs to its runner; nobody writes
         // `meta` until it is given back.
         let meta = unsafe { block.meta() };
-        if let OprKind::Wait(ws) = meta.kind {
-            // SAFETY: the marker holds an access to its single variable.
-            let error = unsafe { self.vars.get(block.dep_slice()[0].slot()).error() };
-            if self.waits.get(ws).deliver(error) {
-                self.waits.give(ws);
+        match meta.kind {
+            OprKind::Wait(ws) => {
+                // SAFETY: the marker holds an access to its single variable.
+                let error = unsafe { self.vars.get(block.dep_slice()[0].slot()).error() };
+                if self.waits.get(ws).deliver(error, None) {
+                    self.waits.give(ws);
+                }
+                self.complete_and_finish(op, None);
+                return;
             }
-            self.complete_and_finish(op, None);
-            return;
+            OprKind::Hold(ws) => return self.run_hold(op, ws),
+            _ => {}
         }
         self.observe.stats.ran(worker);
         let profiled = meta.profile_session != 0;
@@ -120,6 +124,30 @@ impl Core {
             // The Completion was handed off before the panic and will still
             // complete the operation; the panic is reported by `wait_all`.
             self.life.first_error.record(&OpError::new(name, message));
+        }
+        self.release(op);
+    }
+
+    /// Runs a data guard's access marker: hands the waiter its variable's
+    /// failure and the completion that ends the access (an asynchronous
+    /// operation whose body is the guard's life).
+    fn run_hold(&self, op: u32, ws: u32) {
+        let block = self.oprs.get(op);
+        // SAFETY: the runner owns the block (phase 3).
+        let meta = unsafe { block.meta() };
+        if let Some(rejected) = &meta.rejected {
+            let rejected = rejected.clone();
+            if self.waits.get(ws).deliver(Some(rejected.clone()), None) {
+                self.waits.give(ws);
+            }
+            self.complete_and_finish(op, Some(&rejected));
+            return;
+        }
+        // SAFETY: the marker holds an access to its single variable.
+        let error = unsafe { self.vars.get(block.dep_slice()[0].slot()).error() };
+        block.refs.store(2, Ordering::Relaxed);
+        if self.waits.get(ws).deliver(error, Some(self.completion(op))) {
+            self.waits.give(ws);
         }
         self.release(op);
     }
@@ -366,7 +394,7 @@ impl Core {
         if meta.rejected.is_some() {
             return SweepBatch::EMPTY; // never appended to any queue
         }
-        let changes_values = matches!(meta.kind, OprKind::User | OprKind::DeleteVar);
+        let changes_values = matches!(meta.kind, OprKind::User | OprKind::DeleteVar | OprKind::Hold(_));
         // SAFETY: this operation holds exactly these accesses and completes
         // them once, here.
         unsafe {

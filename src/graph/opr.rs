@@ -202,6 +202,13 @@ pub(crate) enum OprKind {
     /// A `wait_var`/`wait_to_write` marker; the index is its wait slot. It
     /// changes neither version nor failure state.
     Wait(u32),
+    /// A data guard's access marker ([`Data::read`] and co.): hands the
+    /// waiter its wait slot's answer and a `Completion`, which the guard
+    /// signals when dropped. A write one changes version and failure state
+    /// as a user's operation does.
+    ///
+    /// [`Data::read`]: crate::Data::read
+    Hold(u32),
     /// A `delete_var`: runs the callback, then frees the variable.
     DeleteVar,
 }

@@ -19,7 +19,8 @@ use crate::base::error::OpError;
 use crate::base::tuning::WAIT_SPINS;
 use crate::base::tuning::{RATE_SPAN_MIN, RATE_SPAN_RESTART, SHORT_OP};
 use crate::graph::dispatch::Dispatcher;
-use crate::mem::pool::Pooled;
+use crate::mem::completion::Completion;
+use crate::mem::pool::{Pool, Pooled};
 use crate::sync::{
     futex_wait, futex_wait_for, futex_wake_all, loom_sc_fence, spin_hint, AtomicPtr, AtomicU32, AtomicU64, Ordering,
     UnsafeCell,
@@ -27,6 +28,7 @@ use crate::sync::{
 use crossbeam_utils::CachePadded;
 use std::sync::atomic as std_atomic;
 use std::sync::Arc;
+use std::task::Waker;
 
 /// How a waiting thread helps: `help` runs one ready operation if it finds
 /// one; `can_sleep` says whether the thread may sleep when it finds none
@@ -106,13 +108,15 @@ impl PendingCounter {
     /// `n` operations finished; wakes `wait_all` sleepers when that leaves
     /// none of the `dispatched()` ones pending, and a throttled pusher when
     /// the count reaches the one it sleeps for.
+    /// Returns whether it woke the waits for all (the caller then answers
+    /// the futures among them, [`AllWaiters`]).
     #[inline]
-    pub(crate) fn done(&self, n: u64, dispatched: impl FnOnce() -> u64) {
+    pub(crate) fn done(&self, n: u64, dispatched: impl FnOnce() -> u64) -> bool {
         let finished = self.finished.fetch_add(n, Ordering::SeqCst) + n;
         loom_sc_fence();
         if self.sleepers.load(Ordering::SeqCst) > 0 && finished == dispatched() {
             self.wake_all();
-            return;
+            return true;
         }
         let wake_at = self.wake_at.load(Ordering::SeqCst);
         if wake_at != 0
@@ -121,6 +125,26 @@ impl PendingCounter {
         {
             self.wake_all();
         }
+        false
+    }
+
+    /// A future waiting for all announces itself, as a sleeper does,
+    /// before it registers and re-checks [`is_idle`](Self::is_idle): by
+    /// the SeqCst order, either its re-check sees the last completion, or
+    /// that completion sees it and wakes the registered futures.
+    pub(crate) fn announce(&self) {
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Undoes [`announce`](Self::announce).
+    pub(crate) fn withdraw(&self) {
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Whether every operation submitted so far has finished.
+    pub(crate) fn is_idle(&self, dispatcher: &Dispatcher) -> bool {
+        loom_sc_fence();
+        self.all_finished(dispatcher)
     }
 
     /// Wakes every thread asleep on the count (waits for all, throttled
@@ -239,15 +263,35 @@ impl PendingCounter {
     }
 }
 
-/// The rendezvous between a `wait_var` caller and its marker operation.
-/// Pooled; shared by the two until both have let go (`refs`).
+/// The rendezvous between a waiter and the marker operation that answers
+/// it: a blocking `wait_var` (a futex), a future (a [`Waker`]), or a data
+/// guard (which also receives the marker's [`Completion`]). Pooled; shared
+/// by the two until both have let go (`refs`).
+///
+/// # Protocol
+///
+/// `state` holds flags. The marker writes its answer (`error`,
+/// `completion`), then sets `DONE` (release); the waiter reads the answer
+/// after it sees `DONE` (acquire). A blocking waiter sets `SLEEPING`
+/// before it sleeps on the futex; the marker wakes it if it saw the flag.
+/// A future stores its waker under `LOCKED`, a lock only the waiter ever
+/// takes, and only while `DONE` is unset; it releases it with `WAKER` set.
+/// The marker's `fetch_or(DONE)` then decides who owns the waker cell from
+/// the flags it replaced: `WAKER` without `LOCKED`, the marker (it takes
+/// the waker and wakes it; the waiter can no longer lock); `LOCKED`, the
+/// waiter (its unlocking CAS fails on `DONE`, and it empties the cell).
 #[derive(Debug, Default)]
 pub(crate) struct WaitSlot {
-    /// `WAITING`, `SLEEPING` (the waiter is in the futex) or `DONE`.
     state: AtomicU32,
     refs: AtomicU32,
     /// Written by the marker before `DONE`, read by the waiter after.
     error: UnsafeCell<Option<Arc<OpError>>>,
+    /// An access marker's completion (data guards); as `error`.
+    completion: UnsafeCell<Option<Completion>>,
+    /// A future's waker, owned as the protocol above says.
+    waker: UnsafeCell<Option<Waker>>,
+    /// The next slot of [`AllWaiters`]' list.
+    next: AtomicU32,
     free_link: AtomicU32,
 }
 
@@ -257,52 +301,185 @@ impl Pooled for WaitSlot {
     }
 }
 
-// SAFETY: `error` is written by the marker before it publishes `DONE` and
-// read by the waiter after it observes `DONE` (release/acquire).
+// SAFETY: `error` and `completion` are written by the marker before it
+// publishes `DONE` and read by the waiter after it observes `DONE`
+// (release/acquire); `waker` is reached by one side at a time, as the
+// protocol on the type says. `Completion` and `Waker` are `Send`.
 unsafe impl Sync for WaitSlot {}
 
-const WAITING: u32 = 0;
+/// A blocking waiter sleeps on the futex.
 const SLEEPING: u32 = 1;
+/// The marker has answered.
 const DONE: u32 = 2;
+/// The waiter is storing its waker.
+const LOCKED: u32 = 4;
+/// A waker is stored.
+const WAKER: u32 = 8;
 
 impl WaitSlot {
     /// Prepares a freshly taken slot: two references, not done.
     pub(crate) fn arm(&self) {
-        self.state.store(WAITING, Ordering::Relaxed);
+        self.state.store(0, Ordering::Relaxed);
         self.refs.store(2, Ordering::Relaxed);
     }
 
-    /// The marker ran: hands the variable's failure (if any) to the waiter.
-    /// Returns whether the caller dropped the last reference.
-    pub(crate) fn deliver(&self, error: Option<Arc<OpError>>) -> bool {
-        // SAFETY: until `DONE` is published only the marker touches `error`.
-        unsafe { self.error.with_mut(|p| *p = error) };
-        if self.state.swap(DONE, Ordering::AcqRel) == SLEEPING {
+    /// The marker ran: hands the variable's failure (if any) and, for an
+    /// access, its completion to the waiter, and wakes it. Returns whether
+    /// the caller dropped the last reference.
+    pub(crate) fn deliver(&self, error: Option<Arc<OpError>>, completion: Option<Completion>) -> bool {
+        // SAFETY: until `DONE` is published only the marker touches these.
+        unsafe {
+            self.error.with_mut(|p| *p = error);
+            self.completion.with_mut(|p| *p = completion);
+        }
+        let before = self.state.fetch_or(DONE, Ordering::AcqRel);
+        if before & SLEEPING != 0 {
             futex_wake_all(&self.state);
         }
-        self.release()
+        if before & (WAKER | LOCKED) == WAKER {
+            // SAFETY: the waker cell is ours (the protocol on the type).
+            if let Some(waker) = unsafe { self.waker.with_mut(|p| (*p).take()) } {
+                waker.wake();
+            }
+        }
+        let last = self.release();
+        if last {
+            // The waiter let go before the answer: an access handed over
+            // goes back at once.
+            if let (_, Some(done)) = self.take() {
+                done.signal();
+            }
+        }
+        last
     }
 
-    /// Blocks until delivered, running `help` while it finds work; returns
-    /// the delivered failure. Returns whether the caller dropped the last
-    /// reference alongside.
-    pub(crate) fn wait(&self, helper: Helper<impl FnMut() -> bool>) -> (Option<Arc<OpError>>, bool) {
+    /// Whether the marker has answered (then [`take`](Self::take) may be
+    /// called).
+    pub(crate) fn is_done(&self) -> bool {
+        self.state.load(Ordering::Acquire) & DONE != 0
+    }
+
+    /// The marker's answer, once [`is_done`](Self::is_done): the failure and
+    /// the completion it delivered. By the waiter only.
+    pub(crate) fn take(&self) -> (Option<Arc<OpError>>, Option<Completion>) {
+        debug_assert!(self.is_done());
+        // SAFETY: `DONE` was published with release after the marker's
+        // last write of these, and the marker never touches them again.
+        unsafe { (self.error.with_mut(|p| (*p).take()), self.completion.with_mut(|p| (*p).take())) }
+    }
+
+    /// Blocks until delivered, running `help` while it finds work.
+    pub(crate) fn wait(&self, helper: Helper<impl FnMut() -> bool>) {
         help_spin_sleep(
-            || self.state.load(Ordering::Acquire) == DONE,
+            || self.is_done(),
             helper,
-            || match self.state.compare_exchange(WAITING, SLEEPING, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) | Err(SLEEPING) => futex_wait(&self.state, SLEEPING),
-                Err(_) => {} // DONE meanwhile
+            || {
+                let now = self.state.load(Ordering::Acquire);
+                if now & DONE == 0
+                    && (now & SLEEPING != 0
+                        || self
+                            .state
+                            .compare_exchange(now, now | SLEEPING, Ordering::AcqRel, Ordering::Acquire)
+                            .is_ok())
+                {
+                    futex_wait(&self.state, now | SLEEPING);
+                }
             },
         );
-        // SAFETY: `DONE` was published with release after the marker's
-        // last write, and the marker never touches `error` again.
-        let error = unsafe { self.error.with_mut(|p| (*p).take()) };
-        (error, self.release())
     }
 
-    fn release(&self) -> bool {
+    /// For a future: whether the marker has answered; if not, leaves
+    /// `waker` to be woken when it does.
+    pub(crate) fn poll_done(&self, waker: &Waker) -> bool {
+        let now = self.state.load(Ordering::Acquire);
+        if now & DONE != 0 {
+            return true;
+        }
+        if self.state.compare_exchange(now, now | LOCKED, Ordering::Acquire, Ordering::Acquire).is_err() {
+            return true; // only the marker changes the state meanwhile: DONE
+        }
+        // SAFETY: we hold `LOCKED`, so the cell is ours.
+        unsafe {
+            self.waker.with_mut(|p| match &mut *p {
+                Some(old) if old.will_wake(waker) => {}
+                slot => *slot = Some(waker.clone()),
+            })
+        };
+        let unlocked = (now & !LOCKED) | WAKER;
+        if self.state.compare_exchange(now | LOCKED, unlocked, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            // DONE came while we held the lock: the marker left the cell
+            // to us, and we are being polled, so no wake-up is needed.
+            // SAFETY: as above (the marker saw `LOCKED`).
+            drop(unsafe { self.waker.with_mut(|p| (*p).take()) });
+            return true;
+        }
+        false
+    }
+
+    /// For a future dropped before its answer: takes its waker back, so
+    /// that nothing of the waiter's stays behind.
+    pub(crate) fn cancel(&self) {
+        let now = self.state.load(Ordering::Acquire);
+        if now & DONE != 0
+            || self.state.compare_exchange(now, now | LOCKED, Ordering::Acquire, Ordering::Acquire).is_err()
+        {
+            return; // answered: the marker took (or never had) the waker
+        }
+        // SAFETY: we hold `LOCKED`.
+        let waker = unsafe { self.waker.with_mut(|p| (*p).take()) };
+        // On failure DONE came meanwhile; the cell is empty either way.
+        let _ = self.state.compare_exchange(now | LOCKED, now & !WAKER, Ordering::AcqRel, Ordering::Relaxed);
+        drop(waker);
+    }
+
+    /// Drops one of the two references; returns whether it was the last.
+    pub(crate) fn release(&self) -> bool {
         self.refs.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+}
+
+/// The futures waiting for the whole engine to be idle (`wait_all`): a
+/// lock-free stack of their wait slots. A waiter pushes its slot; whoever
+/// sees the engine idle with waiters announced takes the whole stack at
+/// once (a swap, so no ABA) and answers every slot on it.
+pub(crate) struct AllWaiters {
+    head: AtomicU32,
+}
+
+/// The empty stack.
+const NO_SLOT: u32 = u32::MAX;
+
+impl Default for AllWaiters {
+    fn default() -> Self {
+        AllWaiters { head: AtomicU32::new(NO_SLOT) }
+    }
+}
+
+impl AllWaiters {
+    /// Adds slot `ws` (armed: one reference is the stack's).
+    pub(crate) fn push(&self, slots: &Pool<WaitSlot>, ws: u32) {
+        let mut head = self.head.load(Ordering::Relaxed);
+        loop {
+            slots.get(ws).next.store(head, Ordering::Relaxed);
+            match self.head.compare_exchange_weak(head, ws, Ordering::SeqCst, Ordering::Relaxed) {
+                Ok(_) => return,
+                Err(now) => head = now,
+            }
+        }
+    }
+
+    /// Answers every slot on the stack, giving back those whose waiter
+    /// has let go already.
+    pub(crate) fn wake_all(&self, slots: &Pool<WaitSlot>) {
+        let mut ws = self.head.swap(NO_SLOT, Ordering::SeqCst);
+        while ws != NO_SLOT {
+            let slot = slots.get(ws);
+            let next = slot.next.load(Ordering::Relaxed);
+            if slot.deliver(None, None) {
+                slots.give(ws);
+            }
+            ws = next;
+        }
     }
 }
 
@@ -532,5 +709,65 @@ mod drain_rate_tests {
         sleep(RATE_SPAN_RESTART * 2);
         let per_op = rate.time_per_op(100_000_001).expect("a span long enough to measure");
         assert!(!rate.ops_are_short(), "{per_op:?} per operation is short");
+    }
+}
+
+/// Loom models of the wait slot's waker protocol: the marker's answer
+/// always wakes a registered future (a lost wake-up deadlocks the model's
+/// `block_on`), and a future dropped while the answer comes leaves no
+/// waker behind, whichever side goes first.
+#[cfg(all(test, depengine_loom))]
+mod waker_models {
+    use super::WaitSlot;
+    use loom::sync::Arc;
+    use std::task::{Poll, Wake, Waker};
+
+    /// A waker whose clones are counted (a std `Arc`, outside the model).
+    struct Counted;
+    impl Wake for Counted {
+        fn wake(self: std::sync::Arc<Self>) {}
+    }
+
+    #[test]
+    fn the_answer_wakes_a_registered_future() {
+        loom::model(|| {
+            let slot = Arc::new(WaitSlot::default());
+            slot.arm();
+            let marker = {
+                let slot = slot.clone();
+                loom::thread::spawn(move || {
+                    slot.deliver(None, None);
+                })
+            };
+            loom::future::block_on(std::future::poll_fn(|cx| match slot.poll_done(cx.waker()) {
+                true => Poll::Ready(()),
+                false => Poll::Pending,
+            }));
+            assert!(slot.is_done());
+            marker.join().unwrap();
+        });
+    }
+
+    #[test]
+    fn a_cancelled_future_leaves_no_waker() {
+        loom::model(|| {
+            let slot = Arc::new(WaitSlot::default());
+            slot.arm();
+            let counted = std::sync::Arc::new(Counted);
+            let waker = Waker::from(counted.clone());
+            let marker = {
+                let slot = slot.clone();
+                loom::thread::spawn(move || {
+                    slot.deliver(None, None);
+                })
+            };
+            if !slot.poll_done(&waker) {
+                slot.cancel();
+            }
+            slot.release();
+            marker.join().unwrap();
+            drop(waker);
+            assert_eq!(std::sync::Arc::strong_count(&counted), 1, "a waker stayed in the slot");
+        });
     }
 }

@@ -7,7 +7,8 @@
 //!                              pooled+pusher, per_device+pusher (running on the
 //!                              pusher, `EngineBuilder::run_on_pusher`); default:
 //!                              naive,pooled,per_device,per_device+pusher
-//!   --workloads a,b,…          throughput workloads and/or pingpong (default: all)
+//!   --workloads a,b,…          throughput workloads and/or pingpong (default: all);
+//!                              also typed_chain and typed_chains64 (typed data)
 //!   --w 0,1000                 body weights (default: 0,1000)
 //!   --n N                      operations (default: 1,000,000 at W=0, 100,000 otherwise)
 //!   --reps R                   timed repetitions after one warm-up (default: 5)
@@ -123,7 +124,7 @@ use probe::{probe, round_trip_ns, MachineState};
 use std::fmt::Write as _;
 use std::process::Command;
 use std::time::{Duration, Instant};
-use workloads::{Workload, THROUGHPUT};
+use workloads::{Workload, THROUGHPUT, TYPED};
 
 #[global_allocator]
 static GLOBAL: CountingAlloc = CountingAlloc;
@@ -229,7 +230,7 @@ fn parse_args() -> Options {
         }
     }
     for w in &o.workloads {
-        if w != "pingpong" && !THROUGHPUT.contains(&w.as_str()) {
+        if w != "pingpong" && !THROUGHPUT.contains(&w.as_str()) && !TYPED.contains(&w.as_str()) {
             usage(&format!("unknown workload {w}"));
         }
     }
@@ -586,7 +587,8 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
             floors.push((before + after) / 2.0);
             our_round_trips.push(rt_before.zip(rt_after).map(|(b, a)| [b, a]));
         }
-        for (name, path) in &o.peers {
+        // (No peer knows the typed workloads.)
+        for (name, path) in o.peers.iter().filter(|_| !TYPED.contains(&wl_name)) {
             if let Some(r) = peer(name, path, wl_name, w, n, o) {
                 this.push(r);
             }

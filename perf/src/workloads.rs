@@ -1,7 +1,7 @@
 //! The standard workloads of `shared/WORKLOADS.md`, generated before the
 //! clock starts and pushed exactly as the peers push them.
 
-use depengine::{Engine, PushOpts, Var};
+use depengine::{Data, Engine, PushOpts, Var};
 use std::hint::black_box;
 
 /// splitmix64, seeded with 42 unless said otherwise.
@@ -52,6 +52,12 @@ pub(crate) fn work(index: u64, w: u32) {
 /// Every throughput workload.
 pub(crate) const THROUGHPUT: [&str; 6] = ["nodeps", "chain", "chains64", "fanout", "random", "layered"];
 
+/// `chain` and `chains64` on typed data (`Engine::push_data`): each body
+/// also adds one to its variable's `u64`. Not in the default set (no
+/// peer runs them); asked for with `--workloads`, they price a typed push
+/// against an untyped one.
+pub(crate) const TYPED: [&str; 2] = ["typed_chain", "typed_chains64"];
+
 /// Operation names by (reads, writes).
 const SHAPES: [[&str; 3]; 4] =
     [["r0w0", "r0w1", "r0w2"], ["r1w0", "r1w1", "r1w2"], ["r2w0", "r2w1", "r2w2"], ["r3w0", "r3w1", "r3w2"]];
@@ -78,11 +84,18 @@ pub(crate) struct Workload {
     pub(crate) name: &'static str,
     pub(crate) vars: usize,
     pub(crate) ops: Vec<OpVars>,
+    /// Pushed on typed data ([`TYPED`]).
+    pub(crate) typed: bool,
 }
 
 impl Workload {
     /// Builds workload `name` with `n` operations (as WORKLOADS.md defines).
     pub(crate) fn build(name: &str, n: usize) -> Option<Workload> {
+        if let Some(untyped) = name.strip_prefix("typed_").filter(|_| TYPED.contains(&name)) {
+            let wl = Workload::build(untyped, n)?;
+            let name = TYPED.into_iter().find(|t| *t == name)?;
+            return Some(Workload { name, typed: true, ..wl });
+        }
         let (name, vars, ops): (&'static str, usize, Vec<OpVars>) = match name {
             "nodeps" => ("nodeps", 0, vec![OpVars::default(); n]),
             "chain" => ("chain", 1, vec![OpVars::new(&[], &[0]); n]),
@@ -130,13 +143,16 @@ impl Workload {
             }
             _ => return None,
         };
-        Some(Workload { name, vars, ops })
+        Some(Workload { name, vars, ops, typed: false })
     }
 
     /// Pushes every operation with body weight `w`.
     /// Operations are named by shape (`r2w1`: two reads, one write) so
     /// that a profile's summary splits them.
     pub(crate) fn push_all(&self, engine: &Engine, vars: &[Var], w: u32) {
+        if self.typed {
+            return self.push_typed(engine, w);
+        }
         let Some(&first) = vars.first() else {
             for i in 0..self.ops.len() as u64 {
                 engine.push_sync_with(move |_| work(i, w), &[], &[], PushOpts::new().name("r0w0")).expect("push");
@@ -156,6 +172,24 @@ impl Workload {
             let (reads, writes) = buf[..n].split_at(op.nr as usize);
             let name = SHAPES[op.nr as usize][op.nw as usize];
             engine.push_sync_with(move |_| work(i, w), reads, writes, PushOpts::new().name(name)).expect("push");
+        }
+    }
+}
+
+impl Workload {
+    /// A typed workload: one `Data<u64>` per variable (made for this
+    /// repetition; their deletions run after its operations), each
+    /// operation writing its one datum.
+    fn push_typed(&self, engine: &Engine, w: u32) {
+        let data: Vec<Data<u64>> = (0..self.vars).map(|_| engine.data(0)).collect();
+        for (i, op) in self.ops.iter().enumerate() {
+            assert_eq!((op.nr, op.nw), (0, 1), "typed workloads write one datum");
+            let i = i as u64;
+            let body = move |_: &depengine::RunContext, (), x: &mut u64| {
+                work(i, w);
+                *x += 1;
+            };
+            engine.push_data_with((), &data[op.vars[0] as usize], PushOpts::new().name("r0w1"), body).expect("push");
         }
     }
 }

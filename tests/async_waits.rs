@@ -66,13 +66,25 @@ fn engine() -> Engine {
     Engine::builder().kind(EngineKind::Pooled).cpu_workers(2).build().unwrap()
 }
 
-/// A gate: an operation on `var` that runs until `open` is set.
-fn hold(engine: &Engine, var: depengine::Var, open: &Arc<AtomicBool>) {
-    let open = open.clone();
+/// Opens a gate when dropped: a failing test unwinds instead of hanging
+/// in the engine's drop behind a gate never opened.
+struct OpenOnDrop(Arc<AtomicBool>);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// A gate: an operation on `var` that runs until `open` is set (declare
+/// the returned guard after the engine).
+#[must_use]
+fn hold(engine: &Engine, var: depengine::Var, open: &Arc<AtomicBool>) -> OpenOnDrop {
+    let gate = open.clone();
     engine
         .push_sync(
             move |_| {
-                while !open.load(Ordering::Acquire) {
+                while !gate.load(Ordering::Acquire) {
                     std::thread::sleep(Duration::from_micros(100));
                 }
             },
@@ -80,6 +92,7 @@ fn hold(engine: &Engine, var: depengine::Var, open: &Arc<AtomicBool>) {
             &[var],
         )
         .unwrap();
+    OpenOnDrop(open.clone())
 }
 
 /// A wait resolves after the write pushed before it, and is woken, not
@@ -89,7 +102,7 @@ fn a_wait_is_woken_once_by_the_write_it_follows() {
     let engine = engine();
     let v = engine.new_var();
     let open = Arc::new(AtomicBool::new(false));
-    hold(&engine, v, &open);
+    let _open = hold(&engine, v, &open);
     let opener = {
         let open = open.clone();
         std::thread::spawn(move || {
@@ -144,7 +157,7 @@ fn a_dropped_future_leaves_nothing_registered() {
     let engine = engine();
     let (v, d) = (engine.new_var(), engine.data(0u32));
     let open = Arc::new(AtomicBool::new(false));
-    hold(&engine, v, &open);
+    let _open = hold(&engine, v, &open);
     engine.push_data((), &d, |_, (), _| std::thread::sleep(Duration::from_millis(10))).unwrap();
     let (counter, waker) = counting();
     let mut cx = Context::from_waker(&waker);

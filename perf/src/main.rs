@@ -16,6 +16,9 @@
 //!   --spin-us S                worker spin before parking (default: the engine's)
 //!   --no-pin                   per_device: do not pin workers to CPUs
 //!   --bulk B                   the pushing thread's bulk size (default: off)
+//!   --pushers P                P threads push each throughput row at once, each
+//!                              the whole workload on variables of its own; ns/op
+//!                              over all their operations (default: 1)
 //!   --peer NAME=PATH           a peer binary from shared/peers/cxx (repeatable); it
 //!                              runs right after our engines on each row, and its
 //!                              ratio to each engine is printed under the row
@@ -138,6 +141,9 @@ struct Options {
     threads: usize,
     spin_us: Option<u64>,
     bulk: usize,
+    /// `--pushers`: threads pushing each throughput row at once, each its
+    /// own copy of the workload on variables of its own.
+    pushers: usize,
     peers: Vec<(String, String)>,
     json: Option<String>,
     svg: Option<String>,
@@ -172,6 +178,7 @@ fn parse_args() -> Options {
         threads: cpus(),
         spin_us: None,
         bulk: 0,
+        pushers: 1,
         peers: Vec::new(),
         json: None,
         svg: None,
@@ -207,6 +214,7 @@ fn parse_args() -> Options {
             "--profile" => o.profile = Some(val().into()),
             "--timeline" => o.timeline = Some(val().into()),
             "--bulk" => o.bulk = val().parse().unwrap_or_else(|_| usage("bad --bulk")),
+            "--pushers" => o.pushers = val().parse().ok().filter(|&p| p > 0).unwrap_or_else(|| usage("bad --pushers")),
             "--peer" => {
                 let v = val();
                 let (name, path) = v.split_once('=').unwrap_or_else(|| usage("--peer takes NAME=PATH"));
@@ -313,7 +321,7 @@ struct FloorRound {
 
 fn throughput(kind: Ours, wl: &Workload, w: u32, o: &Options) -> Row {
     let engine = build_engine(kind, &format!("{}-w{w}", wl.name), o);
-    let vars: Vec<Var> = (0..wl.vars).map(|_| engine.new_var()).collect();
+    let vars: Vec<Var> = (0..wl.vars * o.pushers).map(|_| engine.new_var()).collect();
     engine.set_bulk_size(o.bulk).expect("bulk size");
     let mut times = Vec::new();
     let mut allocs = Vec::new();
@@ -326,7 +334,8 @@ fn throughput(kind: Ours, wl: &Workload, w: u32, o: &Options) -> Row {
             timeline::arm(wl.ops.len());
         }
         let a0 = allocations();
-        let ns_per_op = timed_rep(&engine, wl, &vars, w);
+        let ns_per_op =
+            if o.pushers > 1 { timed_rep_pushers(&engine, wl, &vars, w, o) } else { timed_rep(&engine, wl, &vars, w) };
         timeline::disarm();
         let da = (allocations() - a0) as f64;
         if rep > 0 {
@@ -343,7 +352,10 @@ fn throughput(kind: Ours, wl: &Workload, w: u32, o: &Options) -> Row {
         timeline::write(dir, &format!("{}-{}-w{w}", kind.name(), wl.name), wl.ops.len());
     }
     engine.set_bulk_size(0).expect("bulk size");
-    let name = if o.bulk > 1 { format!("{}+bulk{}", kind.name(), o.bulk) } else { kind.name().to_owned() };
+    let mut name = if o.bulk > 1 { format!("{}+bulk{}", kind.name(), o.bulk) } else { kind.name().to_owned() };
+    if o.pushers > 1 {
+        name = format!("{name}+{}pushers", o.pushers);
+    }
     let reps = times.clone();
     Row {
         engine: name,
@@ -368,6 +380,31 @@ fn throughput(kind: Ours, wl: &Workload, w: u32, o: &Options) -> Row {
 fn ops_per_row(o: &Options, w: u32) -> usize {
     let default_n = if w == 0 { 1_000_000 } else { 100_000 };
     o.n.unwrap_or(if o.quick { default_n / 100 } else { default_n })
+}
+
+/// One timed repetition with `--pushers` threads: each pushes all of `wl`
+/// on its own slice of `vars` (the last on this thread, which then waits
+/// for all). Returns ns per operation over all of them. (Each repetition
+/// starts its threads: a few allocations a repetition, which the
+/// allocations column shows over a million operations as 0.000.)
+fn timed_rep_pushers(engine: &Engine, wl: &Workload, vars: &[Var], w: u32, o: &Options) -> f64 {
+    let per = wl.vars;
+    let start = std::sync::Barrier::new(o.pushers);
+    let t0 = std::thread::scope(|s| {
+        for p in 1..o.pushers {
+            let (start, mine) = (&start, &vars[p * per..(p + 1) * per]);
+            s.spawn(move || {
+                start.wait();
+                wl.push_all(engine, mine, w);
+            });
+        }
+        start.wait();
+        let t0 = Instant::now();
+        wl.push_all(engine, &vars[..per], w);
+        t0
+    });
+    engine.wait_all().expect("workload failed");
+    t0.elapsed().as_nanos() as f64 / (wl.ops.len() * o.pushers) as f64
 }
 
 /// One timed repetition: every operation of `wl` pushed, then waited for.
@@ -587,8 +624,8 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
             floors.push((before + after) / 2.0);
             our_round_trips.push(rt_before.zip(rt_after).map(|(b, a)| [b, a]));
         }
-        // (No peer knows the typed workloads.)
-        for (name, path) in o.peers.iter().filter(|_| !TYPED.contains(&wl_name)) {
+        // (No peer knows the typed workloads, nor pushes from several threads.)
+        for (name, path) in o.peers.iter().filter(|_| !TYPED.contains(&wl_name) && o.pushers == 1) {
             if let Some(r) = peer(name, path, wl_name, w, n, o) {
                 this.push(r);
             }

@@ -654,6 +654,81 @@ mod tests {
         assert_eq!(counter.finished(), 2);
     }
 
+    /// A waker that counts its wake-ups; its strong count tells whether a
+    /// slot still holds a clone.
+    struct Counted(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Counted {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    /// The wait slot's waker protocol in each order (Miri checks the cells):
+    /// a registered waker is woken once by the answer and released; one
+    /// cancelled first is released at the cancel and never woken; an answer
+    /// before any poll needs no waker.
+    #[test]
+    fn a_wait_slot_wakes_or_releases_its_waker_in_every_order() {
+        use super::WaitSlot;
+        let counted = Arc::new(Counted(Default::default()));
+        let waker = std::task::Waker::from(counted.clone());
+        let wakes = || counted.0.load(std::sync::atomic::Ordering::SeqCst);
+
+        let slot = WaitSlot::default();
+        slot.arm();
+        assert!(!slot.poll_done(&waker));
+        assert!(!slot.poll_done(&waker), "a second poll keeps one waker");
+        // (Held by `counted`, `waker` and the slot's clone.)
+        assert_eq!(Arc::strong_count(&counted), 3);
+        assert!(!slot.deliver(None, None));
+        assert_eq!((wakes(), Arc::strong_count(&counted)), (1, 2));
+        assert!(slot.poll_done(&waker) && slot.is_done());
+        assert!(slot.release(), "the waiter lets go last");
+
+        slot.arm();
+        assert!(!slot.poll_done(&waker));
+        slot.cancel();
+        assert_eq!(Arc::strong_count(&counted), 2, "a cancelled waiter's waker stayed");
+        assert!(!slot.release());
+        assert!(slot.deliver(None, None), "the marker lets go last");
+        assert_eq!(wakes(), 1, "a cancelled waiter was woken");
+
+        slot.arm();
+        assert!(!slot.deliver(None, None));
+        assert!(slot.poll_done(&waker));
+        assert_eq!((wakes(), Arc::strong_count(&counted)), (1, 2));
+        assert!(slot.release());
+    }
+
+    /// The answer from another thread while the waiter polls and parks.
+    #[test]
+    fn a_wait_slot_answered_from_another_thread_wakes_its_waiter() {
+        use super::WaitSlot;
+        struct Unpark(std::thread::Thread);
+        impl std::task::Wake for Unpark {
+            fn wake(self: Arc<Self>) {
+                self.0.unpark();
+            }
+        }
+        let slot = Arc::new(WaitSlot::default());
+        slot.arm();
+        let marker = {
+            let slot = slot.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(5));
+                slot.deliver(None, None);
+            })
+        };
+        let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+        let start = Instant::now();
+        while !slot.poll_done(&waker) {
+            std::thread::park_timeout(NEVER / 10);
+            assert!(start.elapsed() < NEVER / 2, "not woken");
+        }
+        marker.join().unwrap();
+    }
+
     /// The throttle's fields live in the padding after `finished`: the
     /// counter takes three line pairs, the workers' `finished`, the
     /// waiters' and throttle's fields, and the pushers' `finished_seen`.

@@ -217,10 +217,8 @@ impl<'a> HoldWait<'a> {
         if !self.core.poll_slot(ws, cx.waker()) {
             return Poll::Pending;
         }
-        let (error, done) = self.core.waits.get(ws).take();
-        self.core.let_go(ws);
         self.step = Err(None);
-        let done = done.expect("a hold marker hands over its completion");
+        let (error, done) = self.core.take_hold(ws)?;
         if let Err(e) = self.core.wait_answer(self.var, self.write, None) {
             done.signal();
             return Poll::Ready(Err(e));

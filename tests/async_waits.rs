@@ -331,3 +331,37 @@ fn futures_drive_an_engine_without_workers() {
     depengine::future::block_on(engine.wait_all_async()).unwrap();
     assert_eq!(*depengine::future::block_on(x.read_async()).unwrap(), 10);
 }
+
+/// Guards and their futures racing the engine's shutdown: each gets its
+/// access or an error, never a panic or a hang (a marker rejected at
+/// dispatch hands over no access).
+#[test]
+fn accesses_racing_a_shutdown_get_an_answer() {
+    for round in 0..100u64 {
+        let engine = Arc::new(engine());
+        let x = Arc::new(engine.data(0u64));
+        let reader = {
+            let x = x.clone();
+            std::thread::spawn(move || {
+                for i in 0.. {
+                    let answer = match i % 3 {
+                        0 => x.read().map(|g| *g),
+                        1 => x.write().map(|mut g| {
+                            *g += 1;
+                            *g
+                        }),
+                        _ => depengine::future::block_on(x.read_async()).map(|g| *g),
+                    };
+                    if let Err(e) = answer {
+                        assert!(matches!(e, EngineError::ShutDown), "{e:?}");
+                        return i;
+                    }
+                }
+                unreachable!()
+            })
+        };
+        std::thread::sleep(Duration::from_micros(50 * (round % 10)));
+        engine.shutdown().unwrap();
+        reader.join().unwrap();
+    }
+}

@@ -238,8 +238,19 @@ impl Core {
     pub(crate) fn hold(&self, var: Var, write: bool) -> Result<Granted, EngineError> {
         let ws = self.push_marker(var, write, true)?;
         self.waits.get(ws).wait(self.helper());
+        self.take_hold(ws)
+    }
+
+    /// A hold marker's answer, once slot `ws` is answered; lets go of the
+    /// slot. A marker rejected at dispatch (the engine was closing, or the
+    /// variable's deletion came first) hands over no access.
+    pub(crate) fn take_hold(&self, ws: u32) -> Result<Granted, EngineError> {
         let (error, done) = self.waits.get(ws).take();
         self.let_go(ws);
-        Ok((error, done.expect("a hold marker hands over its completion")))
+        match done {
+            Some(done) => Ok((error, done)),
+            None if self.life.is_closing() => Err(EngineError::ShutDown),
+            None => Err(EngineError::DeletedVar),
+        }
     }
 }

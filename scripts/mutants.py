@@ -105,8 +105,8 @@ MUTANTS = [
      "        let waker: Option<Waker> = None;",
      "a dropped future's waker stays in its slot"),
     ("abandoned_access_never_given_back", "src/graph/wait.rs",
-     "            if let (_, Some(done)) = self.take() {\n                done.signal();",
-     "            if let (_, Some(done)) = self.take() {\n                std::mem::forget(done);",
+     "self.completion.with_mut(|p| (*p).take()) } {\n                done.signal();",
+     "self.completion.with_mut(|p| (*p).take()) } {\n                std::mem::forget(done);",
      "an access whose future was dropped is held for ever"),
 ]
 

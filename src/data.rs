@@ -687,12 +687,7 @@ impl<T: Send + 'static> Data<T> {
         if core.would_deadlock(Some(var)) {
             return Err(EngineError::WaitWouldDeadlock);
         }
-        let (error, done) = core.hold(var, write)?;
-        if let Err(e) = core.wait_answer(var, write, None) {
-            done.signal();
-            return Err(e);
-        }
-        Ok((error, done))
+        core.hold(var, write)
     }
 
     /// The access is granted: a read reports the value's failure (and

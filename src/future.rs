@@ -34,12 +34,23 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-/// Where a wait stands.
+/// Where a wait on a variable stands.
 enum Step {
-    /// Answered without a marker (or the push failed); taken by the poll
-    /// that returns it.
-    Answered(Option<Result<(), EngineError>>),
+    /// Answered without a marker (or the push failed).
+    Answered(Result<(), EngineError>),
     /// Waiting on this wait slot.
+    Slot(u32),
+    /// Returned.
+    Over,
+}
+
+/// Where a wait for the whole engine stands.
+enum AllStep {
+    /// Flushing the caller's bulk failed.
+    Refused(EngineError),
+    /// Not registered: look whether the engine is idle.
+    Look,
+    /// Waiting on this wait slot for an idle moment.
     Slot(u32),
     /// Returned.
     Over,
@@ -86,20 +97,20 @@ impl Engine {
     /// the first failure recorded since the previous `wait_all`.
     pub fn wait_all_async(&self) -> AllWait<'_> {
         let flushed = self.core().flush_bulk();
-        AllWait { core: self.core(), step: Step::Answered(flushed.err().map(Err)) }
+        AllWait { core: self.core(), step: flushed.map_or_else(AllStep::Refused, |()| AllStep::Look) }
     }
 }
 
 impl<'a> VarWait<'a> {
     fn new(core: &'a Core, var: Var, write: bool) -> Self {
         let step = match core.wait_var_now(var, write) {
-            Some(answer) => Step::Answered(Some(answer)),
+            Some(answer) => Step::Answered(answer),
             None => match core.push_marker(var, write, false) {
                 Ok(ws) => {
                     core.observe.stats.waited();
                     Step::Slot(ws)
                 }
-                Err(e) => Step::Answered(Some(Err(e))),
+                Err(e) => Step::Answered(Err(e)),
             },
         };
         VarWait { core, var, write, step }
@@ -111,22 +122,18 @@ impl Future for VarWait<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let me = self.get_mut();
-        match me.step {
-            Step::Answered(ref mut answer) => {
-                let answer = answer.take().expect("polled after it returned");
-                me.step = Step::Over;
-                Poll::Ready(answer)
+        if let Step::Slot(ws) = me.step {
+            if !me.core.poll_slot(ws, cx.waker()) {
+                return Poll::Pending;
             }
-            Step::Slot(ws) => {
-                if !me.core.poll_slot(ws, cx.waker()) {
-                    return Poll::Pending;
-                }
-                let (error, _) = me.core.waits.get(ws).take();
-                me.core.let_go(ws);
-                me.step = Step::Over;
-                Poll::Ready(me.core.wait_answer(me.var, me.write, error))
-            }
-            Step::Over => panic!("VarWait polled after it returned"),
+            let (error, _) = me.core.waits.get(ws).take();
+            me.core.let_go(ws);
+            me.step = Step::Over;
+            return Poll::Ready(me.core.wait_answer(me.var, me.write, error));
+        }
+        match std::mem::replace(&mut me.step, Step::Over) {
+            Step::Answered(answer) => Poll::Ready(answer),
+            _ => panic!("VarWait polled after it returned"),
         }
     }
 }
@@ -143,9 +150,7 @@ impl Drop for VarWait<'_> {
 #[must_use = "a future does nothing unless awaited"]
 pub struct AllWait<'a> {
     core: &'a Core,
-    /// `Answered(Some(error))` only when flushing the caller's bulk failed;
-    /// `Answered(None)`: not registered yet.
-    step: Step,
+    step: AllStep,
 }
 
 impl Future for AllWait<'_> {
@@ -155,29 +160,27 @@ impl Future for AllWait<'_> {
         let me = self.get_mut();
         loop {
             match me.step {
-                Step::Answered(Some(_)) => {
-                    let Step::Answered(Some(answer)) = std::mem::replace(&mut me.step, Step::Over) else {
-                        unreachable!()
-                    };
-                    return Poll::Ready(answer);
-                }
-                Step::Answered(None) => {
+                AllStep::Look => {
                     if me.core.is_idle() {
-                        me.step = Step::Over;
+                        me.step = AllStep::Over;
                         return Poll::Ready(me.core.wait_all_answer());
                     }
-                    me.step = Step::Slot(me.core.wait_idle());
+                    me.step = AllStep::Slot(me.core.wait_idle());
                 }
-                Step::Slot(ws) => {
+                AllStep::Slot(ws) => {
                     if !me.core.poll_slot(ws, cx.waker()) {
                         return Poll::Pending;
                     }
                     // Answered at an idle moment; more may have come since
                     // (the loop looks again).
                     me.core.end_wait_idle(ws, false);
-                    me.step = Step::Answered(None);
+                    me.step = AllStep::Look;
                 }
-                Step::Over => panic!("AllWait polled after it returned"),
+                AllStep::Refused(_) => {
+                    let AllStep::Refused(e) = std::mem::replace(&mut me.step, AllStep::Over) else { unreachable!() };
+                    return Poll::Ready(Err(e));
+                }
+                AllStep::Over => panic!("AllWait polled after it returned"),
             }
         }
     }
@@ -185,7 +188,7 @@ impl Future for AllWait<'_> {
 
 impl Drop for AllWait<'_> {
     fn drop(&mut self) {
-        if let Step::Slot(ws) = self.step {
+        if let AllStep::Slot(ws) = self.step {
             self.core.end_wait_idle(ws, true);
         }
     }
@@ -218,12 +221,7 @@ impl<'a> HoldWait<'a> {
             return Poll::Pending;
         }
         self.step = Err(None);
-        let (error, done) = self.core.take_hold(ws)?;
-        if let Err(e) = self.core.wait_answer(self.var, self.write, None) {
-            done.signal();
-            return Poll::Ready(Err(e));
-        }
-        Poll::Ready(Ok((error, done)))
+        Poll::Ready(self.core.take_hold(ws, self.var, self.write))
     }
 }
 

@@ -138,28 +138,21 @@ impl Core {
     /// and asks to be polled again while the answer has not come.
     pub(crate) fn poll_slot(&self, ws: u32, waker: &Waker) -> bool {
         let slot = self.waits.get(ws);
-        if !self.traits.waiters_can_sleep && !slot.is_done() {
-            while self.help_once() && !slot.is_done() {}
-            if !slot.poll_done(waker) {
-                waker.wake_by_ref();
-                return false;
-            }
-            return true;
+        let helps = !self.traits.waiters_can_sleep;
+        while helps && !slot.is_done() && self.help_once() {}
+        let done = slot.poll_done(waker);
+        if helps && !done {
+            waker.wake_by_ref();
         }
-        slot.poll_done(waker)
+        done
     }
 
-    /// A future dropped while it waited on slot `ws`: takes its waker back,
-    /// gives back an access the marker handed over meanwhile, and lets go.
-    /// (A marker not yet run still runs, and answers nobody.)
+    /// A future dropped while it waited on slot `ws`: takes its waker back
+    /// and lets go (whoever lets go last gives back an access the marker
+    /// handed over, `WaitSlot::release`). A marker not yet run still runs,
+    /// and answers nobody.
     pub(crate) fn cancel_wait(&self, ws: u32) {
-        let slot = self.waits.get(ws);
-        slot.cancel();
-        if slot.is_done() {
-            if let (_, Some(done)) = slot.take() {
-                done.signal();
-            }
-        }
+        self.waits.get(ws).cancel();
         self.let_go(ws);
     }
 
@@ -238,19 +231,25 @@ impl Core {
     pub(crate) fn hold(&self, var: Var, write: bool) -> Result<Granted, EngineError> {
         let ws = self.push_marker(var, write, true)?;
         self.waits.get(ws).wait(self.helper());
-        self.take_hold(ws)
+        self.take_hold(ws, var, write)
     }
 
-    /// A hold marker's answer, once slot `ws` is answered; lets go of the
-    /// slot. A marker rejected at dispatch (the engine was closing, or the
-    /// variable's deletion came first) hands over no access.
-    pub(crate) fn take_hold(&self, ws: u32) -> Result<Granted, EngineError> {
+    /// A hold marker's answer on `var`, once slot `ws` is answered; lets go
+    /// of the slot and waits for the GPU work on `var` (giving the access
+    /// back if that fails). A marker rejected at dispatch (the engine was
+    /// closing, or the variable's deletion came first) hands over no access.
+    pub(crate) fn take_hold(&self, ws: u32, var: Var, write: bool) -> Result<Granted, EngineError> {
         let (error, done) = self.waits.get(ws).take();
         self.let_go(ws);
-        match done {
-            Some(done) => Ok((error, done)),
-            None if self.life.is_closing() => Err(EngineError::ShutDown),
-            None => Err(EngineError::DeletedVar),
+        let done = match done {
+            Some(done) => done,
+            None if self.life.is_closing() => return Err(EngineError::ShutDown),
+            None => return Err(EngineError::DeletedVar),
+        };
+        if let Err(e) = self.wait_answer(var, write, None) {
+            done.signal();
+            return Err(e);
         }
+        Ok((error, done))
     }
 }

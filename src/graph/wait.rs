@@ -342,15 +342,7 @@ impl WaitSlot {
                 waker.wake();
             }
         }
-        let last = self.release();
-        if last {
-            // The waiter let go before the answer: an access handed over
-            // goes back at once.
-            if let (_, Some(done)) = self.take() {
-                done.signal();
-            }
-        }
-        last
+        self.release()
     }
 
     /// Whether the marker has answered (then [`take`](Self::take) may be
@@ -433,8 +425,19 @@ impl WaitSlot {
     }
 
     /// Drops one of the two references; returns whether it was the last.
+    /// Whoever lets go last (both sides have, so the marker has answered)
+    /// gives back an access the waiter never took: a future dropped before
+    /// or after the answer, but before it took it.
     pub(crate) fn release(&self) -> bool {
-        self.refs.fetch_sub(1, Ordering::AcqRel) == 1
+        let last = self.refs.fetch_sub(1, Ordering::AcqRel) == 1;
+        if last {
+            // SAFETY: the other side has let go (AcqRel above): nobody else
+            // touches the slot until it is given back.
+            if let Some(done) = unsafe { self.completion.with_mut(|p| (*p).take()) } {
+                done.signal();
+            }
+        }
+        last
     }
 }
 

@@ -241,8 +241,15 @@ impl PendingCounter {
         deadline: Option<std::time::Instant>,
     ) -> bool {
         let left = || deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+        // The answer is the look that ended the wait: a second look could
+        // see work another thread pushed since, and report a timeout that
+        // never happened.
+        let mut finished = false;
         help_spin_sleep(
-            || self.all_finished(dispatcher) || left().is_some_and(|l| l.is_zero()),
+            || {
+                finished = self.all_finished(dispatcher);
+                finished || left().is_some_and(|l| l.is_zero())
+            },
             helper,
             || {
                 let epoch = self.epoch.load(Ordering::Acquire);
@@ -259,7 +266,7 @@ impl PendingCounter {
                 self.sleepers.fetch_sub(1, Ordering::SeqCst);
             },
         );
-        self.all_finished(dispatcher)
+        finished
     }
 }
 

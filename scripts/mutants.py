@@ -43,7 +43,7 @@ MUTANTS = [
     ("dispatcher_release_without_recheck", "src/graph/dispatch.rs",
      "            barrier::light();\n            if self.stack.load(Ordering::Relaxed) == NIL {",
      "            barrier::light();\n            if true {",
-     "a combiner lets go without looking at the stack again"),
+     "a combiner lets go without looking at the stack again", "every"),
     ("dispatcher_delegation_without_heavy_barrier", "src/graph/dispatch.rs",
      "        barrier::heavy();\n        // `busy` held: its holder sees our link",
      "        // `busy` held: its holder sees our link",
@@ -108,6 +108,24 @@ MUTANTS = [
      "self.completion.with_mut(|p| (*p).take()) } {\n                done.signal();",
      "self.completion.with_mut(|p| (*p).take()) } {\n                std::mem::forget(done);",
      "an access whose future was dropped is held for ever"),
+    ("push_across_shards_takes_one", "src/graph/dispatch.rs",
+     "        if shards & (shards - 1) == 0 {\n            self.shards[shards.trailing_zeros() as usize].submit(",
+     "        if true {\n            self.shards[shards.trailing_zeros() as usize].submit(",
+     "a push across dispatch shards goes through its lowest shard alone"),
+    ("shards_taken_from_home", "src/graph/dispatch.rs",
+     "        for s in shards_in(mask) {\n            let shard = &self.shards[s];\n            let held = shard.take_waiting(me);",
+     "        let h = home_shard(me) as u32;\n"
+     "        for s in shards_in((mask >> h | mask << (SHARDS as u32 - h)) & ALL_SHARDS).map(|s| (s + h as usize) % SHARDS) {\n"
+     "            let shard = &self.shards[s];\n            let held = shard.take_waiting(me);",
+     "shards are taken from the pusher's home shard on, not in one global order"),
+    ("lamport_clock_not_maximum", "src/graph/dispatch.rs",
+     ".map(|s| self.shards[s].counts.clock.load(Ordering::Relaxed)).max()",
+     ".map(|s| self.shards[s].counts.clock.load(Ordering::Relaxed)).min()",
+     "a push across shards takes the smallest of their clocks"),
+    ("shard_taken_without_drain", "src/graph/dispatch.rs",
+     "                owners |= 1 << s;\n            }\n            shard.drain(oprs, dispatch);",
+     "                owners |= 1 << s;\n            }",
+     "a shard taken to push across shards is not drained first"),
 ]
 
 # The same mutants in the code before the hardening issue (to score the

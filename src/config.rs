@@ -376,6 +376,13 @@ impl EngineBuilder {
     /// pushing thread waits before its push returns until the count is back
     /// under the cap, so a pusher racing ahead of the workers cannot exhaust
     /// memory. `0` removes the cap; the default is [`DEFAULT_MAX_PENDING`].
+    /// The count is kept per dispatch shard, so that pushers on variables
+    /// of their own never read each other's counts: a thread's pushes are
+    /// held at this many of its shard's (one pushing thread: all of them),
+    /// and with several threads pushing to variables of their own each may
+    /// have this many in flight (a variable belongs to the shard of the
+    /// first thread that pushed to it; threads share one of 16 shards when
+    /// their thread slots are equal modulo 16).
     /// Pushes from inside an operation are never held back. A held pusher
     /// waits only while the count keeps falling: after a bounded time in
     /// which it did not (a few hundred µs) it goes on, so an application

@@ -216,9 +216,13 @@ impl RunContext {
         self.worker
     }
 
-    /// The operation's position in the engine's linearization of all pushes
-    /// (0, 1, 2, …). Conflicting operations run in ticket order, so a test
-    /// can replay a concurrent run sequentially by sorting on it.
+    /// The operation's place in the engine's order of pushes: unique, and
+    /// rising along every variable in push order. Conflicting operations
+    /// run in ticket order, so a test can replay a concurrent run
+    /// sequentially by sorting on it. Tickets are not consecutive: the
+    /// engine's dispatchers, one per shard of the variables, each keep a
+    /// clock, and an operation's ticket is one past the clocks of the
+    /// shards its variables lie in.
     pub fn ticket(&self) -> u64 {
         self.ticket
     }

@@ -114,6 +114,16 @@ pub(crate) const WINDOW: u32 = 64;
 
 // ----- the dispatcher (dispatch.rs) ----------------------------------------
 
+/// Dispatch shards: each has its own combiner, and a variable belongs to
+/// the home shard of the first thread that pushes to it (its thread slot
+/// modulo this). More shards keep more pushing threads apart (threads
+/// whose slots are equal modulo this share a combiner); each costs a
+/// `wait_all` or a shutdown one more take, and the engine about 1 KiB
+/// (its combiner's lines, its finished count, its spare blocks). A power of two, at most 16 (a variable keeps its shard as a bit
+/// of its `life` word, `graph/var.rs`).
+/// Two under loom, whose models then explore pushes across shards.
+pub(crate) const SHARDS: usize = if cfg!(depengine_loom) { 2 } else { 16 };
+
 /// Polls of a delegated push for the combiner to take its operation, before
 /// it pays for a heavy barrier (`barrier.rs`).
 pub(crate) const HANDOVER_POLLS: u32 = if cfg!(depengine_loom) { 1 } else { 64 };

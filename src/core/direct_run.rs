@@ -66,6 +66,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 #[derive(Default)]
 pub(crate) struct DirectGrant {
     ticket: u64,
+    /// The dispatch shards of its variables.
+    shards: u32,
+    /// The pushing thread's slot.
+    me: Option<usize>,
     len: usize,
     deps: [Dep; INLINE_VARS],
 }
@@ -122,18 +126,22 @@ impl Core {
         if self.gpu_used.load(crate::sync::Ordering::Relaxed) {
             return Ok(false);
         }
+        let me = crate::mem::thread_slot::current();
+        grant.me = me;
+        let home = || self.placing(crate::graph::dispatch::home_shard(me));
         for (vars, mode) in [(writes, WRITE), (reads, READ)] {
             for &v in vars {
-                if self.vars.slot_of(v).is_err() {
+                let Ok((_, shard)) = self.vars.slot_and_shard(v, home) else {
                     return Ok(false);
-                }
+                };
+                grant.shards |= shard;
                 grant.add(Dep::new(v.slot, v.gen, mode));
             }
         }
         // Keep this thread's order: its bulked pushes go first.
         crate::core::bulk::flush_for(self)?;
         self.life.check_open()?;
-        match self.take_ticket(|| self.grant_at_once(grant.deps())) {
+        match self.take_ticket(me, grant.shards, || self.grant_at_once(grant.deps())) {
             Some(ticket) => {
                 grant.ticket = ticket;
                 Ok(true)
@@ -144,6 +152,7 @@ impl Core {
 
     /// Step 1 of the module docs, as the combiner: whether every variable
     /// granted its access at once (else none holds one).
+    #[inline(always)]
     fn grant_at_once(&self, deps: &[Dep]) -> bool {
         if self.life.is_closing() {
             return false;
@@ -168,8 +177,9 @@ impl Core {
     /// each of `deps` that nothing waits behind with plain stores
     /// (`VarQueue::release_at_once`), setting bit `i` of `released` for
     /// `deps[i]`.
-    fn release_at_once(&self, deps: &[Dep], released: &mut u32) {
-        self.take_ticket(|| {
+    fn release_at_once(&self, grant: &DirectGrant, released: &mut u32) {
+        let deps = grant.deps();
+        self.take_ticket(grant.me, grant.shards, || {
             for (i, d) in deps.iter().enumerate() {
                 // SAFETY: we are the combiner (the queues' only appender),
                 // and the caller's grant holds this access, not completed.
@@ -221,7 +231,7 @@ impl Core {
         let mut released = 0u32; // bit i: deps[i]
         let locked: usize = deps.iter().map(|d| if d.writes() { 1 } else { 2 }).sum();
         if locked >= 2 {
-            self.release_at_once(deps, &mut released);
+            self.release_at_once(grant, &mut released);
         }
         let rest = deps.iter().enumerate().filter(|&(i, _)| released & (1 << i) == 0).map(|(_, &d)| d);
         // SAFETY: the grant holds exactly these accesses, the others

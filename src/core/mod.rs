@@ -19,10 +19,10 @@ pub(crate) mod worker_batch;
 
 use crate::base::context::{Context, FnProperty, PushOpts};
 use crate::base::error::{EngineError, OpError};
-use crate::base::tuning::SWEEP_ROUND;
+use crate::base::tuning::{SHARDS, SWEEP_ROUND};
 use crate::exec::{Executor, ExecutorTraits, Runner};
 use crate::graph::bulk_buf::BulkBuf;
-use crate::graph::dispatch::Dispatcher;
+use crate::graph::dispatch::{home_shard, Dispatcher, ALL_SHARDS};
 use crate::graph::lifecycle::Lifecycle;
 use crate::graph::opr::{Body, Dep, OprBlock, OprKind, LOOK_AT_EACH_VAR, READ, WRITE};
 use crate::graph::var::{Var, Variables, DELETE_DISPATCHED};
@@ -92,13 +92,14 @@ struct ReadyList {
     tail: u32,
 }
 
-/// The combiner's free variable blocks (see `sweep::SweepCache`).
+/// A dispatch shard's free variable blocks (see `sweep::SweepCache`).
 struct SpareBlocks(UnsafeCell<SweepCache>);
 
-// SAFETY: only the thread holding the dispatcher touches the cache (in
-// `dispatch` and `return_spare_blocks`, both run as the combiner), and the
-// dispatcher orders successive combiners (its `busy` flag's acquire and
-// release, or an owner's flag and its revoker: `dispatch.rs`).
+// SAFETY: only the thread holding the shard touches its cache (in
+// `dispatch` and `return_spare_blocks`, both run as the shard's combiner),
+// and the dispatcher orders a shard's successive combiners (its `busy`
+// flag's acquire and release, or an owner's flag and its revoker:
+// `dispatch.rs`).
 unsafe impl Sync for SpareBlocks {}
 
 /// What the core takes from the builder: the settings it acts on, resolved
@@ -132,12 +133,12 @@ pub(crate) struct Core {
     pub(crate) all_waiters: AllWaiters,
     pub(crate) bulks: Pool<BulkBuf>,
     pub(crate) dispatcher: Dispatcher,
-    /// Free variable blocks held by the combiner for its appends (touched
-    /// only while holding the dispatcher; see `sweep::SweepCache`). Written
-    /// on most appends, so it has a cache line of its own: next to the
-    /// read-mostly flags that every run checks it cost a line transfer
-    /// per operation.
-    spare_blocks: CachePadded<SpareBlocks>,
+    /// Free variable blocks held by each dispatch shard's combiner for its
+    /// appends (touched only while holding that shard; see
+    /// `sweep::SweepCache`). Written on most appends, so each has a cache
+    /// line of its own: next to the read-mostly flags that every run
+    /// checks it cost a line transfer per operation.
+    spare_blocks: [CachePadded<SpareBlocks>; SHARDS],
     pub(crate) executor: Box<dyn Executor<Core>>,
     /// What this core's completions call back (`run.rs`).
     pub(crate) completion_sink: CompletionSink,
@@ -186,7 +187,9 @@ impl Core {
             all_waiters: AllWaiters::default(),
             bulks: Pool::new(),
             dispatcher: Dispatcher::default(),
-            spare_blocks: CachePadded::new(SpareBlocks(UnsafeCell::new(SweepCache::default()))),
+            spare_blocks: std::array::from_fn(|_| {
+                CachePadded::new(SpareBlocks(UnsafeCell::new(SweepCache::default())))
+            }),
             completion_sink: CompletionSink {
                 complete: Core::sink_complete,
                 dropped: Core::sink_dropped,
@@ -292,6 +295,9 @@ impl Core {
             OprKind::DeleteVar => LOOK_AT_EACH_VAR,
             _ => self.vars.deletions_dispatched(),
         };
+        // The dispatch shards of the variables (`dispatch.rs`, "Shards").
+        let home = home_shard(me);
+        let mut shards = 0u32;
         // SAFETY: the block was just taken: the pusher owns it (phase 1).
         let filled = unsafe {
             block.deps.with_mut(|deps| {
@@ -301,21 +307,32 @@ impl Core {
                     // The operator owns its variables; only re-check them.
                     return inner.deps.as_slice().iter().try_for_each(|d| {
                         let v = Var { engine: self.id, slot: d.slot(), gen: d.gen };
-                        self.vars.slot_of(v).map(drop)
+                        shards |= self.vars.slot_and_shard(v, || self.placing(home))?.1;
+                        Ok(())
                     });
                 }
-                for (vars, mode) in [(writes, WRITE), (reads, READ)] {
-                    for &v in vars {
-                        if matches!(kind, OprKind::DeleteVar) {
-                            // The deletion itself passes its own request.
-                            if v.engine != self.id {
-                                return Err(EngineError::ForeignVar);
-                            }
-                        } else {
-                            self.vars.slot_of(v)?;
+                if matches!(kind, OprKind::DeleteVar) {
+                    // The deletion itself passes its own request. (It
+                    // names its variable as written, and nothing else.)
+                    debug_assert!(reads.is_empty());
+                    for &v in writes {
+                        if v.engine != self.id {
+                            return Err(EngineError::ForeignVar);
                         }
-                        deps.add(Dep::new(v.slot, v.gen, mode));
+                        shards |= 1 << self.vars.shard_of(self.vars.get(v.slot), || self.placing(home));
+                        deps.add(Dep::new(v.slot, v.gen, WRITE));
                     }
+                    return Ok(());
+                }
+                // Two loops, not one over both lists: the compiler keeps
+                // each tight (perf/instructions.sh).
+                for &v in writes {
+                    shards |= self.vars.slot_and_shard(v, || self.placing(home))?.1;
+                    deps.add(Dep::new(v.slot, v.gen, WRITE));
+                }
+                for &v in reads {
+                    shards |= self.vars.slot_and_shard(v, || self.placing(home))?.1;
+                    deps.add(Dep::new(v.slot, v.gen, READ));
                 }
                 Ok(())
             })
@@ -349,31 +366,48 @@ impl Core {
                 self.observe.profiler.stamp_push(block);
             }
         }
-        self.submit(op, me)
+        // An operation with no variables goes to the pusher's home shard.
+        if shards == 0 {
+            shards = 1 << self.placing(home);
+        }
+        self.submit(op, shards, me)
     }
 
-    /// Hands the operation to the dispatcher (which counts it as pending
-    /// when it stamps its ticket), from the calling thread, which holds
-    /// thread slot `me`.
-    fn submit(&self, op: u32, me: Option<usize>) -> Result<(), EngineError> {
+    /// Marks dispatch shard `home` active, for a variable placed in it or
+    /// an operation with no variables sent to it; returns it. The
+    /// dispatcher's sums read only the active shards (`dispatch.rs`).
+    #[inline(always)]
+    pub(crate) fn placing(&self, home: usize) -> usize {
+        self.dispatcher.activate(1 << home);
+        home
+    }
+
+    /// Hands the operation, whose variables lie in the dispatch shards
+    /// `shards` (not 0), to the dispatcher (which counts it as pending when it
+    /// stamps its ticket), from the calling thread, which holds thread
+    /// slot `me`.
+    fn submit(&self, op: u32, shards: u32, me: Option<usize>) -> Result<(), EngineError> {
         if let Err(e) = self.life.check_open() {
             self.discard(op);
             return Err(e);
         }
         let mut ready = ReadyList { head: NIL, tail: NIL };
-        self.dispatcher.submit(&self.oprs, op, me, |op, ticket| self.dispatch(op, ticket, &mut ready));
+        self.dispatcher
+            .submit(&self.oprs, op, shards, me, |op, ticket, shard| self.dispatch(op, ticket, shard, &mut ready));
         self.schedule_list(ready);
         if self.policy.max_pending != 0 {
+            // The shard the operation counts in: its lowest.
+            let shard = shards.trailing_zeros() as usize;
             if self.policy.runs.is_on() {
-                if self.pending_reached(self.policy.runs.low_water()) {
-                    self.throttle();
+                if self.pending_reached(shard, self.policy.runs.low_water()) {
+                    self.throttle(shard);
                 }
             } else {
                 let look = self.policy.runs.note_queued_push();
-                if self.pending_reached(self.policy.max_pending) {
-                    self.throttle();
+                if self.pending_reached(shard, self.policy.max_pending) {
+                    self.throttle(shard);
                 } else if look {
-                    self.probe_running_here();
+                    self.probe_running_here(shard);
                 }
             }
         }
@@ -439,10 +473,12 @@ impl Core {
         // pusher was asked for: by default a push below the cap never runs
         // a body on its thread).
         let at = self.policy.unqueued_limit();
-        if !self.pending_reached(at.limit) && !self.policy.unqueued_below_limit(at) {
+        // It would be queued in this thread's home shard.
+        let me = crate::mem::thread_slot::current();
+        if !self.pending_reached(home_shard(me), at.limit) && !self.policy.unqueued_below_limit(at) {
             return Ok(None);
         }
-        let ticket = self.unqueued_ticket_now()?;
+        let ticket = self.unqueued_ticket_now(me)?;
         if ticket.is_some() {
             self.policy.note_unqueued(at);
         }
@@ -452,7 +488,7 @@ impl Core {
     /// The ticket of a push that [`unqueued_ticket`](Self::unqueued_ticket)
     /// sends inside itself, if this engine and thread allow that now.
     #[inline(never)]
-    fn unqueued_ticket_now(&self) -> Result<Option<UnqueuedTicket>, EngineError> {
+    fn unqueued_ticket_now(&self, me: Option<usize>) -> Result<Option<UnqueuedTicket>, EngineError> {
         if !self.may_run_ready_here() {
             return Ok(None);
         }
@@ -460,25 +496,28 @@ impl Core {
         self.flush_bulk()?;
         self.life.check_open()?;
         let mut after_close = false;
-        let ticket = self.take_ticket(|| {
+        let ticket = self.take_ticket(me, 1 << self.placing(home_shard(me)), || {
             after_close = self.life.is_closing();
             true
         });
         Ok(ticket.map(|ticket| UnqueuedTicket { ticket, after_close }))
     }
 
-    /// The next ticket, for an operation that runs inside its push, if this
-    /// thread can become the combiner at once (`Dispatcher::take_ticket`):
-    /// what was submitted meanwhile is dispatched, and scheduled once the
-    /// combiner has let go. `then` runs while combining and says whether
-    /// the ticket is taken.
+    /// The next ticket, for an operation that runs inside its push and
+    /// whose variables lie in the dispatch shards `shards` (for one with
+    /// none, the pusher's home shard), if
+    /// this thread (holding slot `me`) can become their combiner at once
+    /// (`Dispatcher::take_ticket`): what was submitted meanwhile is
+    /// dispatched, and scheduled once the combiner has let go. `then` runs
+    /// while combining and says whether the ticket is taken.
     #[inline]
-    pub(crate) fn take_ticket(&self, then: impl FnOnce() -> bool) -> Option<u64> {
+    pub(crate) fn take_ticket(&self, me: Option<usize>, shards: u32, then: impl FnOnce() -> bool) -> Option<u64> {
         let mut ready = ReadyList { head: NIL, tail: NIL };
         let ticket = self.dispatcher.take_ticket(
             &self.oprs,
-            crate::mem::thread_slot::current(),
-            |op, ticket| self.dispatch(op, ticket, &mut ready),
+            shards,
+            me,
+            |op, ticket, shard| self.dispatch(op, ticket, shard, &mut ready),
             then,
         );
         self.schedule_list(ready);
@@ -515,12 +554,24 @@ impl Core {
         }
     }
 
-    /// Dispatches everything submitted so far; `then` runs while combining,
-    /// between two dispatches.
+    /// Dispatches everything submitted so far; `then` runs while combining
+    /// every shard, between two dispatches.
     pub(crate) fn flush_dispatcher(&self, then: impl FnOnce()) {
+        self.flush_shards(ALL_SHARDS, then);
+    }
+
+    /// Dispatches everything submitted so far to the dispatch shards
+    /// `shards`; `then` runs while combining them.
+    pub(crate) fn flush_shards(&self, shards: u32, then: impl FnOnce()) {
         let mut ready = ReadyList { head: NIL, tail: NIL };
         let me = crate::mem::thread_slot::current();
-        self.dispatcher.flush(&self.oprs, me, |op, ticket| self.dispatch(op, ticket, &mut ready), then);
+        self.dispatcher.flush(
+            &self.oprs,
+            shards,
+            me,
+            |op, ticket, shard| self.dispatch(op, ticket, shard, &mut ready),
+            then,
+        );
         self.schedule_list(ready);
     }
 
@@ -539,17 +590,27 @@ impl Core {
     pub(crate) fn return_spare_blocks(&self) {
         self.op_caches.give_back_shared(&self.oprs);
         self.flush_dispatcher(|| {
-            // SAFETY: we hold the dispatcher, so no append runs meanwhile.
-            self.spare_blocks.0.with_mut(|spares| unsafe { (*spares).give_back(&self.blocks) })
+            for spares in &self.spare_blocks {
+                // SAFETY: we hold every shard, so no append runs meanwhile.
+                spares.0.with_mut(|spares| unsafe { (*spares).give_back(&self.blocks) })
+            }
         });
     }
 
-    /// Operations dispatched and not finished.
+    /// Operations dispatched and not finished, in every shard.
     pub(crate) fn pending(&self) -> u64 {
-        self.pending.pending(self.dispatcher.dispatched())
+        let active = self.dispatcher.active_mask();
+        let dispatched = self.dispatcher.dispatched();
+        dispatched.saturating_sub(self.pending.finished_in(active))
     }
 
-    /// Whether the pending count has reached `limit`, for a push: the
+    /// Operations dispatched and not finished in dispatch shard `shard`.
+    pub(crate) fn pending_in(&self, shard: usize) -> u64 {
+        self.pending.pending(shard, self.dispatcher.dispatched_in(shard))
+    }
+
+    /// Whether the pending count of dispatch shard `shard` (the one a
+    /// push's operation counts in) has reached `limit`, for a push: the
     /// bound `PendingCounter::pending_at_most` answers most pushes
     /// without reading the finished count, which the workers keep
     /// writing (one cache-line transfer a push in a pipeline). The exact
@@ -557,21 +618,21 @@ impl Core {
     /// pending high-water mark, so the mark (`EngineStats`) stays exact:
     /// every push that raises it reads the count.
     #[inline]
-    pub(crate) fn pending_reached(&self, limit: u64) -> bool {
-        let dispatched = self.dispatcher.dispatched();
-        let bound = self.pending.pending_at_most(dispatched);
+    pub(crate) fn pending_reached(&self, shard: usize, limit: u64) -> bool {
+        let dispatched = self.dispatcher.dispatched_in(shard);
+        let bound = self.pending.pending_at_most(shard, dispatched);
         if bound < limit && bound <= self.observe.stats.pending_high_water() {
             return false;
         }
-        let pending = self.pending.pending_seen(dispatched, limit);
+        let pending = self.pending.pending_seen(shard, dispatched, limit);
         self.observe.stats.note_pending(pending);
         pending >= limit
     }
 
-    /// Counts `n` operations as finished.
+    /// Counts `n` operations of dispatch shard `shard` as finished.
     #[inline]
-    pub(crate) fn count_finished(&self, n: u64) {
-        if self.pending.done(n, || self.dispatcher.dispatched()) {
+    pub(crate) fn count_finished(&self, shard: usize, n: u64) {
+        if self.pending.done(shard, n, || self.pending.all_finished(&self.dispatcher)) {
             self.all_waiters.wake_all(&self.waits);
         }
     }
@@ -589,9 +650,10 @@ impl Core {
 
     // ----- dispatch (combiner only) ----------------------------------------
 
-    /// Stamps `op`'s ticket and appends it to its variables' queues; adds it
-    /// to `ready` if every variable granted it at once.
-    fn dispatch(&self, op: u32, ticket: u64, ready: &mut ReadyList) {
+    /// Stamps `op`'s ticket and appends it to its variables' queues, as the
+    /// combiner of its shards, `shard` its lowest; adds it to `ready` if
+    /// every variable granted it at once.
+    fn dispatch(&self, op: u32, ticket: u64, shard: usize, ready: &mut ReadyList) {
         let block = self.oprs.get(op);
         #[cfg(debug_assertions)]
         block.transition(op, crate::graph::opr::phase::FILLED, crate::graph::opr::phase::DISPATCHED);
@@ -637,8 +699,9 @@ impl Core {
             block.wait.store(n, Ordering::Relaxed);
             let mut at_once = 0;
             let mut waits_for_read = false;
-            self.spare_blocks.0.with_mut(|spares| {
-                // SAFETY: the combiner alone touches the spares (field docs).
+            self.spare_blocks[shard].0.with_mut(|spares| {
+                // SAFETY: the shard's combiner alone touches its spares
+                // (field docs).
                 let spares = &mut *spares;
                 for d in deps {
                     // Read before the append: the last one may hand the

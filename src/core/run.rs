@@ -23,6 +23,7 @@ use crate::base::context::PushOpts;
 use crate::base::context::RunContext;
 use crate::base::error::OpError;
 use crate::core::{Core, UnqueuedTicket, CURRENT_OP, PUSHED_AT_SHUTDOWN, UNQUEUED};
+use crate::graph::dispatch::shard_of_ticket;
 use crate::graph::operator::OperatorBody;
 use crate::graph::opr::{Body, Dep, Meta, OprBlock, OprKind};
 use crate::mem::completion::{Completion, CompletionSink};
@@ -491,7 +492,9 @@ impl Core {
             // The variable list stays: the next push clears it, and leaving
             // it spares a write to a line that pusher writes next anyway.
         }
-        self.retire(op, freed);
+        // SAFETY: as above: ours until given back.
+        let shard = shard_of_ticket(unsafe { block.meta() }.ticket);
+        self.retire(op, shard, freed);
     }
 }
 

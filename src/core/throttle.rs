@@ -52,20 +52,20 @@ impl Core {
     /// at the cap probes whether running them here pays
     /// (`pusher_runs.rs`).
     #[cold]
-    pub(crate) fn throttle(&self) {
+    pub(crate) fn throttle(&self, shard: usize) {
         if self.in_own_body() {
             return;
         }
         let runs = &self.policy.runs;
         if runs.is_on() {
-            if !self.hold_under(runs.low_water(), None) {
+            if !self.hold_under(shard, runs.low_water(), None) {
                 runs.stop(0);
             }
             return;
         }
-        self.hold_under(self.policy.max_pending, None);
+        self.hold_under(shard, self.policy.max_pending, None);
         if runs.probe_due() {
-            self.probe_running_here();
+            self.probe_running_here(shard);
         }
     }
 
@@ -74,13 +74,13 @@ impl Core {
     /// free, and starts a stint with this thread's pace of queued pushes
     /// as its limit.
     #[cold]
-    pub(crate) fn probe_running_here(&self) {
+    pub(crate) fn probe_running_here(&self, shard: usize) {
         if !self.policy.runs.worth_a_probe() || !self.may_run_ready_here() {
             return;
         }
         // Held completions, or other threads' pushes, may keep the count
         // up: then there is no stint to start.
-        if self.hold_under(1, Some(Instant::now() + PROBE_WAIT)) && self.policy.runs.start() {
+        if self.hold_under(shard, 1, Some(Instant::now() + PROBE_WAIT)) && self.policy.runs.start() {
             self.observe.stats.stint_started();
         } else {
             self.policy.runs.stop(0);
@@ -90,7 +90,7 @@ impl Core {
     /// Waits until the pending count is under `cap`, or gives up (see the
     /// module docs; and at `until`, if given); returns whether it got
     /// there.
-    fn hold_under(&self, cap: u64, until: Option<Instant>) -> bool {
+    fn hold_under(&self, shard: usize, cap: u64, until: Option<Instant>) -> bool {
         self.observe.stats.throttled();
         self.traits.note_throttled_pusher();
         let helps = self.traits.throttled_pushers_help;
@@ -98,10 +98,10 @@ impl Core {
         let mut sleep_pays = self
             .pending
             .drain_rate
-            .time_per_op(self.pending.finished())
+            .time_per_op(self.pending.finished_in(self.dispatcher.active_mask()))
             .is_some_and(|per_op| per_op.saturating_mul(quarter.min(u32::MAX as u64) as u32) >= SLEEP_PAYS);
         let mut idle = 0u32;
-        let mut last = self.pending();
+        let mut last = self.pending_in(shard);
         while last >= cap && idle < IDLE_LIMIT && until.is_none_or(|t| Instant::now() < t) {
             let mut slept = false;
             if helps && self.help_once() {
@@ -111,10 +111,10 @@ impl Core {
                 let yielded = Instant::now();
                 std::thread::yield_now();
                 if sleep_pays && yielded.elapsed() < ALONE_YIELD && self.traits.movable_workers_fill_cpus() {
-                    slept = self.sleep_to_low_water(cap, quarter);
+                    slept = self.sleep_to_low_water(shard, cap, quarter);
                 }
             }
-            let now = self.pending();
+            let now = self.pending_in(shard);
             if now < last {
                 idle = 0;
             } else if slept {
@@ -129,19 +129,19 @@ impl Core {
 
     /// Sleeps until the pending count is a quarter of `cap` under it;
     /// returns whether it slept (not if the count is there already).
-    fn sleep_to_low_water(&self, cap: u64, quarter: u64) -> bool {
+    fn sleep_to_low_water(&self, shard: usize, cap: u64, quarter: u64) -> bool {
         let low_water = cap - quarter;
         // Finished first: `pending`, read after, already counts what
         // finished in between as done, so the target is at most `pending`
         // completions away (reachable) and is reached at the low water or
         // sooner (pushes from other threads aside).
-        let finished = self.pending.finished();
-        let pending = self.pending();
+        let finished = self.pending.finished(shard);
+        let pending = self.pending_in(shard);
         if pending <= low_water {
             return false;
         }
         self.observe.stats.throttle_slept();
-        self.pending.sleep_until_finished(finished + (pending - low_water), SLEEP_LIMIT);
+        self.pending.sleep_until_finished(shard, finished + (pending - low_water), SLEEP_LIMIT);
         true
     }
 }

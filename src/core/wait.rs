@@ -87,7 +87,11 @@ impl Core {
         // been appended (the drain), and nothing can be appended while we
         // look, so the queue's answer holds until we have read the value's
         // failure.
-        self.flush_dispatcher(|| {
+        // The variable's shard (placed now if nothing has placed it yet).
+        let shard = self
+            .vars
+            .shard_of(slot, || self.placing(crate::graph::dispatch::home_shard(crate::mem::thread_slot::current())));
+        self.flush_shards(1 << shard, || {
             if self.life.is_closing() || !slot.dispatchable(var.gen) {
                 return;
             }

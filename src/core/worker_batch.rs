@@ -19,8 +19,9 @@
 //! returns only once everything has finished (a worker flushes before it
 //! idles, so the delay is bounded by the work it is doing).
 
-use crate::base::tuning::BATCH_LEN;
+use crate::base::tuning::{BATCH_LEN, SHARDS};
 use crate::core::Core;
+use crate::graph::dispatch::shards_in;
 use crate::mem::pool::GiveBatch;
 use crate::mem::sweep::SweepBatch;
 use std::cell::Cell;
@@ -31,21 +32,26 @@ struct WorkerBatch {
     core: *const Core,
     blocks: GiveBatch,
     var_blocks: SweepBatch,
-    done: u64,
+    /// Operations finished, per dispatch shard, and the shards with any.
+    done: [u32; SHARDS],
+    done_in: u32,
 }
 
 impl WorkerBatch {
     /// An empty batch for `core` (null: not a worker).
     const fn empty(core: *const Core) -> Self {
-        WorkerBatch { core, blocks: GiveBatch::EMPTY, var_blocks: SweepBatch::EMPTY, done: 0 }
+        WorkerBatch { core, blocks: GiveBatch::EMPTY, var_blocks: SweepBatch::EMPTY, done: [0; SHARDS], done_in: 0 }
     }
 
     /// Gives the blocks back and counts the operations finished.
     fn publish(&mut self, core: &Core) {
         self.blocks.flush(&core.oprs);
         self.var_blocks.flush(&core.blocks);
-        core.count_finished(self.done);
-        self.done = 0;
+        for s in shards_in(self.done_in) {
+            core.count_finished(s, u64::from(self.done[s]));
+            self.done[s] = 0;
+        }
+        self.done_in = 0;
     }
 }
 
@@ -108,7 +114,7 @@ impl Core {
     /// Publishes this worker's batch (before it idles or exits).
     pub(crate) fn flush_worker_batch(&self) {
         let publish = |b: &mut WorkerBatch| {
-            if b.done > 0 {
+            if b.done_in != 0 {
                 b.publish(self);
             }
         };
@@ -122,11 +128,12 @@ impl Core {
     }
 
     /// Gives a finished operation's block back, with the variable blocks
-    /// its completion freed, and counts it as finished — batched on this
-    /// core's workers, at once elsewhere.
-    pub(crate) fn retire(&self, op: u32, freed: SweepBatch) {
+    /// its completion freed, and counts it as finished in dispatch shard
+    /// `shard` — batched on this core's workers, at once elsewhere.
+    pub(crate) fn retire(&self, op: u32, shard: usize, freed: SweepBatch) {
         let batch = move |b: &mut WorkerBatch| {
-            b.done += 1;
+            b.done[shard] += 1;
+            b.done_in |= 1 << shard;
             b.var_blocks.append(&self.blocks, freed);
             if b.blocks.add(&self.oprs, op) >= BATCH_LEN {
                 b.publish(self);
@@ -140,7 +147,7 @@ impl Core {
             }
             let mut freed = freed;
             freed.flush(&self.blocks);
-            self.count_finished(1);
+            self.count_finished(shard, 1);
         };
         self.with_own_batch(batch, at_once);
     }

@@ -1,11 +1,14 @@
-//! The dispatcher: linearizes pushes from every thread without blocking any.
+//! The dispatcher: linearizes pushes from every thread, in shards.
 //!
 //! An operation touches several variable queues, and two threads appending
 //! two operations to the same pair of queues in opposite orders would
 //! deadlock them (each waits for the other on one variable; MXNet has this
-//! hazard). So appends are *delegated*: at most one thread at a time — the
-//! **combiner** — appends operations to queues, in one global order, the
-//! *ticket* order. A push never waits for the combiner:
+//! hazard). So appends are *delegated*: a variable belongs to one of
+//! [`SHARDS`] shards, and at most one thread at a time per shard — its
+//! **combiner** — appends operations to that shard's queues, in the
+//! shard's order. Pushes in different shards never meet (see "Shards"
+//! below for operations whose variables lie in several). Within one
+//! shard a push never waits for the combiner:
 //!
 //! - **fast path**: `busy` is 0 → the pusher CASes it to 1, becomes the
 //!   combiner, drains anything queued earlier, dispatches its own operation,
@@ -74,19 +77,69 @@
 //! the caller, which schedules them after releasing (`core.rs`). So a body
 //! may push and wait freely, and a combiner never blocks.
 //!
+//! # Shards
+//!
+//! One combiner for every push serialises pushes from threads that share
+//! no variable: each takes the same `busy` line and stamps the same
+//! ticket counter, a cache-line transfer per push (perf/journal/
+//! 2026-11-29-scale-out.md). So each [`Shard`] has the whole machinery
+//! above of its own (`busy`, owner, stack, counts), on lines of its own:
+//!
+//! - **Where a variable lives.** In the home shard (thread slot modulo
+//!   [`SHARDS`]) of the first thread that pushes to it or waits on it,
+//!   recorded in its `life` word (`Variables::shard_of`) and fixed for the
+//!   variable's life. A thread that works on variables of its own then
+//!   combines alone, whichever thread created them. A push's shards are
+//!   those of its variables; one with none goes to the pusher's home.
+//! - **A push within one shard** goes through that shard exactly as
+//!   described above, delegation and bias included.
+//! - **A push across shards** takes each of its shards in increasing
+//!   order, waiting for each (its combiner runs no user code, so the wait
+//!   is short), drains each stack as it takes it, stamps and dispatches,
+//!   and lets them all go. Holding every shard while it appends is
+//!   two-phase locking over the shards, so the appends of any two
+//!   operations that share a variable (hence a shard) are in the same
+//!   order on every queue they share; the increasing order makes the
+//!   waits deadlock-free (a thread waits only for a shard above every
+//!   shard it holds, and whoever holds that one waits only higher still).
+//!   It is never delegated: a delegated push returns before it is
+//!   ordered, and a later push of the same thread in one of its other
+//!   shards could then overtake it on a variable they share.
+//! - **Tickets** are Lamport stamps: each shard keeps a clock, and an
+//!   operation's clock is one past the largest clock of its shards, which
+//!   all move past it. So along every variable the tickets increase in
+//!   push order, and sorting by ticket replays a run sequentially. The
+//!   ticket is `clock << SHARD_BITS | shard` (its lowest shard), unique
+//!   since two operations with one clock and one lowest shard would have
+//!   held that shard one after the other. They are no longer dense.
+//! - **Counts.** Each shard counts what it dispatched (an operation
+//!   across shards, in its lowest); `dispatched()` and `tickets()` sum
+//!   the shards any push has reached (`active`, set once per shard), and
+//!   [`flush`](Dispatcher::flush) takes every shard (`wait_all`, the
+//!   engine's closing), or one variable's (`wait_var`). A shard is marked
+//!   active before anything is submitted to it: when a variable is placed
+//!   in it (before the placement is published) or an operation with no
+//!   variables is sent to it (`Core::placing`).
+//! - **The pending count** is kept per shard too (`wait.rs`,
+//!   `PendingCounter`): a push compares its own shard's count with the
+//!   cap, so pushers on variables of their own read nothing another
+//!   pusher writes.
+//!
 //! # Tickets without a queue
 //!
 //! An operation with no variables that runs inside its own push (`core.rs`,
 //! `unqueued_ticket`) still takes its place in the ticket order, through
 //! [`take_ticket`](Dispatcher::take_ticket): the fast path above, with a
-//! ticket stamped but nothing dispatched. So the ticket counter and the
-//! dispatched count (what `pending` and `wait_all` count against) are two
-//! words, both written only by the combiner. A direct run
+//! ticket stamped but nothing dispatched. So a shard's clock, its
+//! dispatched count (what `pending` and `wait_all` count against) and its
+//! count of tickets taken alone (for the statistics) are three words, all
+//! written only by the combiner. The operation goes to its pusher's home
+//! shard. A direct run
 //! (`direct_run.rs`) takes its ticket the same way, once, as the
 //! combiner, its variables have all granted it at once; where one does
 //! not, it takes none and is pushed the usual way.
 
-use crate::base::tuning::{BIAS_AFTER, BIAS_AFTER_MAX, HANDOVER_POLLS};
+use crate::base::tuning::{BIAS_AFTER, BIAS_AFTER_MAX, HANDOVER_POLLS, SHARDS};
 use crate::graph::opr::OprBlock;
 use crate::mem::pool::{Pool, NIL};
 use crate::mem::thread_slot::SLOTS;
@@ -97,7 +150,42 @@ use crossbeam_utils::CachePadded;
 /// `owner` when no thread is.
 const NO_OWNER: u32 = u32::MAX;
 
-/// How the calling thread holds the combiner's role.
+/// The low bits of a ticket that name its (lowest) shard.
+pub(crate) const SHARD_BITS: u32 = SHARDS.trailing_zeros();
+
+/// Every shard, as a mask.
+pub(crate) const ALL_SHARDS: u32 = if SHARDS == 32 { u32::MAX } else { (1 << SHARDS) - 1 };
+
+const _: () = assert!(SHARDS.is_power_of_two() && SHARDS <= 32);
+
+/// The shard that counted the operation with ticket `ticket` dispatched
+/// (its lowest shard; module docs, "Shards").
+#[inline(always)]
+pub(crate) fn shard_of_ticket(ticket: u64) -> usize {
+    (ticket & (SHARDS as u64 - 1)) as usize
+}
+
+/// The home shard of the thread holding slot `me` (shard 0 for a thread
+/// with none).
+#[inline(always)]
+pub(crate) fn home_shard(me: Option<usize>) -> usize {
+    me.map_or(0, |m| m % SHARDS)
+}
+
+/// The shards of `mask`, lowest first.
+#[inline(always)]
+pub(crate) fn shards_in(mask: u32) -> impl Iterator<Item = usize> {
+    let mut left = mask;
+    std::iter::from_fn(move || {
+        (left != 0).then(|| {
+            let s = left.trailing_zeros() as usize;
+            left &= left - 1;
+            s
+        })
+    })
+}
+
+/// How the calling thread holds a shard's combiner role.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Held {
     /// Through `busy` (a CAS).
@@ -106,8 +194,17 @@ enum Held {
     Owner(u32),
 }
 
-/// The combining dispatcher (see the module docs).
+/// The sharded dispatcher (see the module docs).
 pub(crate) struct Dispatcher {
+    shards: [Shard; SHARDS],
+    /// Bit `s`: shard `s` has had a push (or a ticket) submitted. Set once
+    /// per shard, before the shard counts anything, and read by the sums,
+    /// which then skip the shards no push ever reached.
+    active: CachePadded<AtomicU32>,
+}
+
+/// One shard's combining dispatcher (the module docs' first sections).
+struct Shard {
     /// `busy` and `owner` share a line: the owner reads both on every push
     /// and nobody writes them while it keeps the bias.
     role: CachePadded<Role>,
@@ -115,7 +212,7 @@ pub(crate) struct Dispatcher {
     /// about to look whether it may. Written only by the slot's holder.
     inside: CachePadded<[AtomicU8; SLOTS]>,
     stack: CachePadded<AtomicU32>,
-    /// The next ticket to stamp and the number of operations dispatched so
+    /// The shard's clock and the number of operations it dispatched so
     /// far. Written only by the combiner (plain loads and stores: no locked
     /// instruction), read by anyone.
     counts: CachePadded<Counts>,
@@ -139,10 +236,13 @@ struct Role {
 /// All are written only by the combiner (plain loads and stores).
 #[derive(Default)]
 struct Counts {
-    /// The next ticket: operations dispatched plus tickets taken alone.
-    next_ticket: AtomicU64,
+    /// The shard's Lamport clock: the next clock a ticket of this shard
+    /// may take (module docs, "Shards").
+    clock: AtomicU64,
     /// Operations dispatched (appended to their queues) so far.
     dispatched: AtomicU64,
+    /// Tickets taken alone (`take_ticket`): not dispatched.
+    alone: AtomicU64,
     /// The thread slot that took `busy` last (`NO_OWNER`: none, or one
     /// with no slot), and how many times in a row it has.
     streak_slot: AtomicU32,
@@ -150,37 +250,302 @@ struct Counts {
     /// The streak that names an owner: `BIAS_AFTER`, doubled by each
     /// revocation up to `BIAS_AFTER_MAX`.
     bias_after: AtomicU32,
+    /// This shard's index (the low bits of its tickets).
+    index: u32,
 }
 
 impl Default for Dispatcher {
     fn default() -> Self {
         Dispatcher {
+            shards: std::array::from_fn(|i| Shard::new(i as u32)),
+            active: CachePadded::new(AtomicU32::new(0)),
+        }
+    }
+}
+
+impl Dispatcher {
+    /// Submits `op`, whose variables lie in the shards of `shards` (not 0,
+    /// and active: one with none goes to the pusher's home shard), from the thread
+    /// holding slot `me` (if any). If this thread becomes the combiner of
+    /// them, `dispatch(op, ticket, shard)` is called for `op` and for every
+    /// operation submitted meanwhile, in each shard's order, `shard` being
+    /// the operation's lowest shard (held); otherwise the current combiner
+    /// will.
+    #[inline]
+    pub(crate) fn submit(
+        &self,
+        oprs: &Pool<OprBlock>,
+        op: u32,
+        shards: u32,
+        me: Option<usize>,
+        mut dispatch: impl FnMut(u32, u64, usize),
+    ) {
+        debug_assert!(shards != 0 && self.active.load(Ordering::Relaxed) & shards == shards);
+        if shards & (shards - 1) == 0 {
+            self.shards[shards.trailing_zeros() as usize].submit(oprs, op, me, &mut dispatch);
+        } else {
+            self.submit_across(oprs, op, shards, me, &mut dispatch);
+        }
+    }
+
+    /// Marks the shards of `mask` active: before any operation is
+    /// submitted to them, or a ticket taken (the variable's placement, or
+    /// the push of an operation with no variables, does it:
+    /// `Core::placing`).
+    #[inline(always)]
+    pub(crate) fn activate(&self, mask: u32) {
+        // SeqCst: a sum that reads `active` after this push returned sees
+        // the bit (the fetch_or precedes the shard's counts in its order).
+        if self.active.load(Ordering::Relaxed) & mask != mask {
+            self.active.fetch_or(mask, Ordering::SeqCst);
+        }
+    }
+
+    /// A push across shards (module docs, "Shards"): takes them all in
+    /// increasing order, stamps, dispatches and lets them go.
+    #[cold]
+    #[inline(never)]
+    fn submit_across(
+        &self,
+        oprs: &Pool<OprBlock>,
+        op: u32,
+        mask: u32,
+        me: Option<usize>,
+        dispatch: &mut impl FnMut(u32, u64, usize),
+    ) {
+        let owners = self.take_waiting(oprs, mask, me, dispatch);
+        let (ticket, lowest) = self.next_ticket(mask);
+        let dispatched = &self.shards[lowest].counts.dispatched;
+        dispatched.store(dispatched.load(Ordering::Relaxed) + 1, Ordering::Release);
+        dispatch(op, ticket, lowest);
+        self.release(oprs, mask, owners, me, dispatch);
+    }
+
+    /// Takes every shard of `mask`, lowest first, waiting for each, and
+    /// drains each stack as it is taken; returns the shards held as owner.
+    fn take_waiting(
+        &self,
+        oprs: &Pool<OprBlock>,
+        mask: u32,
+        me: Option<usize>,
+        dispatch: &mut impl FnMut(u32, u64, usize),
+    ) -> u32 {
+        let mut owners = 0;
+        for s in shards_in(mask) {
+            let shard = &self.shards[s];
+            let held = shard.take_waiting(me);
+            if held != Held::Busy {
+                owners |= 1 << s;
+            }
+            shard.drain(oprs, dispatch);
+        }
+        owners
+    }
+
+    /// Lets go of every shard of `mask` (those of `owners` held as owner),
+    /// draining what was submitted meanwhile.
+    fn release(
+        &self,
+        oprs: &Pool<OprBlock>,
+        mask: u32,
+        owners: u32,
+        me: Option<usize>,
+        dispatch: &mut impl FnMut(u32, u64, usize),
+    ) {
+        for s in shards_in(mask) {
+            let held = if owners & (1 << s) != 0 { Held::Owner(me.map_or(NO_OWNER, |m| m as u32)) } else { Held::Busy };
+            self.shards[s].release(oprs, held, me, dispatch);
+        }
+    }
+
+    /// The next ticket for an operation holding every shard of `mask`
+    /// (module docs, "Shards"), and its lowest shard. Combiner only.
+    #[inline(always)]
+    fn next_ticket(&self, mask: u32) -> (u64, usize) {
+        let lowest = mask.trailing_zeros() as usize;
+        if mask.is_power_of_two() {
+            return (self.shards[lowest].next_ticket(), lowest);
+        }
+        let clock = shards_in(mask).map(|s| self.shards[s].counts.clock.load(Ordering::Relaxed)).max().unwrap_or(0);
+        for s in shards_in(mask) {
+            self.shards[s].counts.clock.store(clock + 1, Ordering::Relaxed);
+        }
+        (clock << SHARD_BITS | lowest as u64, lowest)
+    }
+
+    /// Takes the next ticket for an operation that is not queued (it runs
+    /// inside its push), whose variables lie in `shards` (not 0; active),
+    /// if this thread can become the combiner of all of
+    /// them at once: operations submitted meanwhile are dispatched as
+    /// usual, and the ticket is not counted as dispatched; `then` runs
+    /// while still combining, right before the ticket is stamped (so that
+    /// it sees exactly what was linearized before the ticket, such as the
+    /// engine's closing), and says whether to stamp it. `None`: another
+    /// thread is combining one of them (the caller queues its operation
+    /// instead of waiting), and `then` did not run; or `then` returned
+    /// `false`: no ticket was taken (the caller pushes its operation the
+    /// usual way).
+    #[inline]
+    pub(crate) fn take_ticket(
+        &self,
+        oprs: &Pool<OprBlock>,
+        shards: u32,
+        me: Option<usize>,
+        mut dispatch: impl FnMut(u32, u64, usize),
+        then: impl FnOnce() -> bool,
+    ) -> Option<u64> {
+        let mask = shards;
+        debug_assert!(mask != 0 && self.active.load(Ordering::Relaxed) & mask == mask);
+        if mask & (mask - 1) == 0 {
+            // One shard (most often): its own combiner's way.
+            return self.shards[mask.trailing_zeros() as usize].take_ticket(oprs, me, &mut dispatch, then);
+        }
+        let mut owners = 0;
+        for s in shards_in(mask) {
+            let shard = &self.shards[s];
+            match shard.try_take(me) {
+                Some(held) => owners |= u32::from(held != Held::Busy) << s,
+                None => {
+                    // Let go of the shards below, taken so far.
+                    self.release(oprs, mask & ((1 << s) - 1), owners, me, &mut dispatch);
+                    return None;
+                }
+            }
+            shard.drain(oprs, &mut dispatch);
+        }
+        // Nothing else is linearized in these shards while we combine, so
+        // `then` sees what came before the ticket whether it runs before
+        // or after the stamp.
+        let ticket = then().then(|| {
+            let (ticket, lowest) = self.next_ticket(mask);
+            let alone = &self.shards[lowest].counts.alone;
+            alone.store(alone.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            ticket
+        });
+        self.release(oprs, mask, owners, me, &mut dispatch);
+        ticket
+    }
+
+    /// Becomes the combiner of every shard of `shards` (waiting for each
+    /// current one, which runs no user code and so finishes soon), lowest
+    /// first, and dispatches everything submitted to them so far; then
+    /// `then` runs while still combining (used to close the engine between
+    /// two dispatches, and to look at a variable's queue as its appender).
+    pub(crate) fn flush(
+        &self,
+        oprs: &Pool<OprBlock>,
+        shards: u32,
+        me: Option<usize>,
+        mut dispatch: impl FnMut(u32, u64, usize),
+        then: impl FnOnce(),
+    ) {
+        if shards & (shards - 1) == 0 {
+            // One shard (a variable's): its own combiner's way.
+            let shard = &self.shards[shards.trailing_zeros() as usize];
+            let held = shard.take_waiting(me);
+            shard.drain(oprs, &mut dispatch);
+            then();
+            shard.release(oprs, held, me, &mut dispatch);
+            return;
+        }
+        let owners = self.take_waiting(oprs, shards, me, &mut dispatch);
+        then();
+        self.release(oprs, shards, owners, me, &mut dispatch);
+    }
+
+    /// The shards any push has reached, as a mask.
+    #[inline]
+    pub(crate) fn active_mask(&self) -> u32 {
+        self.active.load(Ordering::SeqCst)
+    }
+
+    /// Operations shard `shard` dispatched so far.
+    #[inline(always)]
+    pub(crate) fn dispatched_in(&self, shard: usize) -> u64 {
+        self.shards[shard].counts.dispatched.load(Ordering::SeqCst)
+    }
+
+    /// The shards any push has reached.
+    #[inline(always)]
+    fn active(&self) -> impl Iterator<Item = &Shard> {
+        shards_in(self.active.load(Ordering::SeqCst)).map(|s| &self.shards[s])
+    }
+
+    /// Operations dispatched so far (every operation submitted before this
+    /// call, once [`flush`](Self::flush) of every shard has returned).
+    #[inline]
+    pub(crate) fn dispatched(&self) -> u64 {
+        self.active().map(|s| s.counts.dispatched.load(Ordering::SeqCst)).sum()
+    }
+
+    /// Tickets stamped so far: the operations dispatched and those run
+    /// inside their push ([`take_ticket`](Self::take_ticket)).
+    #[inline]
+    pub(crate) fn tickets(&self) -> u64 {
+        self.active().map(|s| s.counts.dispatched.load(Ordering::SeqCst) + s.counts.alone.load(Ordering::SeqCst)).sum()
+    }
+
+    /// Delegated submissions not yet dispatched. Read after the
+    /// finished count and before [`dispatched`](Self::dispatched), a zero
+    /// here means every push that returned before the finished operations
+    /// did is counted as dispatched.
+    #[inline]
+    pub(crate) fn undispatched(&self) -> u64 {
+        self.active().map(|s| s.undispatched.load(Ordering::SeqCst)).sum()
+    }
+
+    /// The thread slot named owner of shard `shard`, if any.
+    #[cfg(all(test, not(depengine_loom)))]
+    pub(crate) fn owner(&self, shard: usize) -> Option<usize> {
+        let owner = self.shards[shard].role.owner.load(Ordering::Relaxed);
+        (owner != NO_OWNER).then_some(owner as usize)
+    }
+
+    /// Names `slot` owner of every shard at once (tests, while no thread
+    /// combines).
+    #[cfg(all(test, depengine_loom))]
+    fn name_owner(&self, slot: usize) {
+        for shard in &self.shards {
+            shard.role.owner.store(slot as u32, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Shard {
+    fn new(index: u32) -> Self {
+        Shard {
             role: CachePadded::new(Role { busy: AtomicU32::new(0), owner: AtomicU32::new(NO_OWNER) }),
             inside: CachePadded::new(std::array::from_fn(|_| AtomicU8::new(0))),
             stack: CachePadded::new(AtomicU32::new(NIL)),
             counts: CachePadded::new(Counts {
                 streak_slot: AtomicU32::new(NO_OWNER),
                 bias_after: AtomicU32::new(BIAS_AFTER),
+                index,
                 ..Counts::default()
             }),
             undispatched: CachePadded::new(AtomicU64::new(0)),
         }
     }
-}
 
-impl Dispatcher {
     /// Submits `op` from the thread holding slot `me` (if any). If this
-    /// thread becomes the combiner, `dispatch(op, ticket)` is called for
-    /// `op` and for every operation submitted meanwhile, in ticket order;
-    /// otherwise the current combiner will.
-    #[inline]
-    pub(crate) fn submit(&self, oprs: &Pool<OprBlock>, op: u32, me: Option<usize>, mut dispatch: impl FnMut(u32, u64)) {
+    /// thread becomes the combiner, `dispatch(op, ticket, shard)` is called
+    /// for `op` and for every operation submitted meanwhile, in ticket
+    /// order; otherwise the current combiner will.
+    #[inline(always)]
+    fn submit(&self, oprs: &Pool<OprBlock>, op: u32, me: Option<usize>, dispatch: &mut impl FnMut(u32, u64, usize)) {
         if let Some(held) = self.try_take(me) {
-            self.drain(oprs, &mut dispatch);
-            self.stamp(op, &mut dispatch);
-            self.release(oprs, held, me, &mut dispatch);
+            self.drain(oprs, dispatch);
+            self.stamp(op, dispatch);
+            self.release(oprs, held, me, dispatch);
             return;
         }
+        self.delegate(oprs, op, me, dispatch);
+    }
+
+    /// The delegated push (module docs): links `op` onto the stack, and
+    /// makes sure a combiner will see it.
+    #[inline(never)]
+    fn delegate(&self, oprs: &Pool<OprBlock>, op: u32, me: Option<usize>, dispatch: &mut impl FnMut(u32, u64, usize)) {
         self.undispatched.fetch_add(1, Ordering::SeqCst);
         let block = oprs.get(op);
         let mut head = self.stack.load(Ordering::Relaxed);
@@ -205,7 +570,7 @@ impl Dispatcher {
             // An owner inside will see the stack when it lets go (or we
             // take over below): no reason to revoke its bias yet.
             if !self.owner_inside() && self.take_if_idle(me) {
-                self.release(oprs, Held::Busy, me, &mut dispatch);
+                self.release(oprs, Held::Busy, me, dispatch);
                 return;
             }
             spin_hint();
@@ -215,7 +580,7 @@ impl Dispatcher {
         // An owner inside is no such promise (it may be backing off), so
         // a `busy` found 0 is taken whatever the owner does.
         if self.take_if_idle(me) {
-            self.release(oprs, Held::Busy, me, &mut dispatch);
+            self.release(oprs, Held::Busy, me, dispatch);
         }
     }
 
@@ -303,102 +668,13 @@ impl Dispatcher {
         }
     }
 
-    /// Takes the next ticket for an operation that is not queued (it runs
-    /// inside its push), if this thread can become the combiner at once:
-    /// operations submitted meanwhile are dispatched as usual, and the
-    /// ticket is not counted as dispatched; `then` runs while still
-    /// combining, right before the ticket is stamped (so that it sees
-    /// exactly what was linearized before the ticket, such as the engine's
-    /// closing), and says whether to stamp it. `None`: another
-    /// thread is combining (the caller queues its operation instead of
-    /// waiting), and `then` did not run; or `then` returned `false`: no
-    /// ticket was taken (the caller pushes its operation the usual way).
-    #[inline]
-    pub(crate) fn take_ticket(
-        &self,
-        oprs: &Pool<OprBlock>,
-        me: Option<usize>,
-        mut dispatch: impl FnMut(u32, u64),
-        then: impl FnOnce() -> bool,
-    ) -> Option<u64> {
-        let held = self.try_take(me)?;
-        self.drain(oprs, &mut dispatch);
-        // Nothing else is linearized while we combine, so `then` sees what
-        // came before the ticket whether it runs before or after the stamp.
-        let ticket = then().then(|| self.next_ticket());
-        self.release(oprs, held, me, &mut dispatch);
-        ticket
-    }
-
-    /// Stamps the next ticket. Combiner only.
-    #[inline(always)]
-    fn next_ticket(&self) -> u64 {
-        // Only the combiner writes the counters, and successive combiners
-        // are ordered (module docs), so load + store cannot lose a count.
-        let ticket = self.counts.next_ticket.load(Ordering::Relaxed);
-        self.counts.next_ticket.store(ticket + 1, Ordering::Relaxed);
-        ticket
-    }
-
-    #[inline(always)]
-    fn stamp(&self, op: u32, dispatch: &mut impl FnMut(u32, u64)) {
-        let ticket = self.next_ticket();
-        let dispatched = self.counts.dispatched.load(Ordering::Relaxed);
-        self.counts.dispatched.store(dispatched + 1, Ordering::Release);
-        dispatch(op, ticket);
-    }
-
-    /// Operations dispatched so far (every operation submitted before this
-    /// call, once [`flush`](Self::flush) has returned).
-    #[inline]
-    pub(crate) fn dispatched(&self) -> u64 {
-        self.counts.dispatched.load(Ordering::SeqCst)
-    }
-
-    /// Tickets stamped so far: the operations dispatched and those run
-    /// inside their push ([`take_ticket`](Self::take_ticket)).
-    #[inline]
-    pub(crate) fn tickets(&self) -> u64 {
-        self.counts.next_ticket.load(Ordering::SeqCst)
-    }
-
-    /// Delegated submissions not yet dispatched. Read after the
-    /// finished count and before [`dispatched`](Self::dispatched), a zero
-    /// here means every push that returned before the finished operations
-    /// did is counted as dispatched.
-    #[inline]
-    pub(crate) fn undispatched(&self) -> u64 {
-        self.undispatched.load(Ordering::SeqCst)
-    }
-
-    /// The thread slot named owner, if any.
-    #[cfg(all(test, not(depengine_loom)))]
-    pub(crate) fn owner(&self) -> Option<usize> {
-        let owner = self.role.owner.load(Ordering::Relaxed);
-        (owner != NO_OWNER).then_some(owner as usize)
-    }
-
-    /// Names `slot` owner at once (tests, while no thread combines).
-    #[cfg(all(test, depengine_loom))]
-    fn name_owner(&self, slot: usize) {
-        self.role.owner.store(slot as u32, Ordering::Relaxed);
-    }
-
-    /// Becomes the combiner (waiting for the current one, which runs no user
-    /// code and so finishes soon) and dispatches everything submitted so
-    /// far; then `then` runs while still combining (used to close the
-    /// engine between two dispatches).
-    pub(crate) fn flush(
-        &self,
-        oprs: &Pool<OprBlock>,
-        me: Option<usize>,
-        mut dispatch: impl FnMut(u32, u64),
-        then: impl FnOnce(),
-    ) {
+    /// Takes the combiner's role, waiting for the current combiner (which
+    /// runs no user code, so it lets go soon).
+    fn take_waiting(&self, me: Option<usize>) -> Held {
         let mut spins = 0u32;
-        let held = loop {
+        loop {
             if let Some(held) = self.try_take(me) {
-                break held;
+                return held;
             }
             spins += 1;
             if spins.is_multiple_of(64) {
@@ -406,16 +682,53 @@ impl Dispatcher {
             } else {
                 spin_hint();
             }
-        };
-        self.drain(oprs, &mut dispatch);
-        then();
-        self.release(oprs, held, me, &mut dispatch);
+        }
+    }
+
+    /// [`Dispatcher::take_ticket`] for this shard alone.
+    #[inline(always)]
+    fn take_ticket(
+        &self,
+        oprs: &Pool<OprBlock>,
+        me: Option<usize>,
+        dispatch: &mut impl FnMut(u32, u64, usize),
+        then: impl FnOnce() -> bool,
+    ) -> Option<u64> {
+        let held = self.try_take(me)?;
+        self.drain(oprs, dispatch);
+        // Nothing else is linearized while we combine, so `then` sees what
+        // came before the ticket whether it runs before or after the stamp.
+        let ticket = then().then(|| {
+            let alone = &self.counts.alone;
+            alone.store(alone.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            self.next_ticket()
+        });
+        self.release(oprs, held, me, dispatch);
+        ticket
+    }
+
+    /// Stamps the next ticket of this shard alone. Combiner only.
+    #[inline(always)]
+    fn next_ticket(&self) -> u64 {
+        // Only the combiner writes the counters, and successive combiners
+        // are ordered (module docs), so load + store cannot lose a count.
+        let clock = self.counts.clock.load(Ordering::Relaxed);
+        self.counts.clock.store(clock + 1, Ordering::Relaxed);
+        clock << SHARD_BITS | u64::from(self.counts.index)
+    }
+
+    #[inline(always)]
+    fn stamp(&self, op: u32, dispatch: &mut impl FnMut(u32, u64, usize)) {
+        let ticket = self.next_ticket();
+        let dispatched = self.counts.dispatched.load(Ordering::Relaxed);
+        self.counts.dispatched.store(dispatched + 1, Ordering::Release);
+        dispatch(op, ticket, self.counts.index as usize);
     }
 
     /// Dispatches everything on the stack, oldest first; returns whether
     /// there was anything. Combiner only.
     #[inline(always)]
-    fn drain(&self, oprs: &Pool<OprBlock>, dispatch: &mut impl FnMut(u32, u64)) -> bool {
+    fn drain(&self, oprs: &Pool<OprBlock>, dispatch: &mut impl FnMut(u32, u64, usize)) -> bool {
         // The stack is empty on almost every call: one load, no call.
         if self.stack.load(Ordering::Relaxed) == NIL {
             return false;
@@ -425,7 +738,7 @@ impl Dispatcher {
     }
 
     #[inline(never)]
-    fn drain_stack(&self, oprs: &Pool<OprBlock>, dispatch: &mut impl FnMut(u32, u64)) {
+    fn drain_stack(&self, oprs: &Pool<OprBlock>, dispatch: &mut impl FnMut(u32, u64, usize)) {
         let mut top = self.stack.swap(NIL, Ordering::Acquire);
         // Reverse the LIFO chain into push order.
         let mut fifo = NIL;
@@ -448,15 +761,44 @@ impl Dispatcher {
 
     /// Drains until the stack is empty, then gives up the role without
     /// stranding a concurrent submission.
-    fn release(&self, oprs: &Pool<OprBlock>, mut held: Held, me: Option<usize>, dispatch: &mut impl FnMut(u32, u64)) {
-        loop {
-            while self.drain(oprs, dispatch) {}
-            match held {
-                Held::Busy => self.role.busy.store(0, Ordering::Release),
-                Held::Owner(me) => self.inside[me as usize].store(0, Ordering::Release),
-            }
+    #[inline(always)]
+    fn release(
+        &self,
+        oprs: &Pool<OprBlock>,
+        held: Held,
+        me: Option<usize>,
+        dispatch: &mut impl FnMut(u32, u64, usize),
+    ) {
+        // Nothing submitted meanwhile (almost always): let go in line.
+        if self.stack.load(Ordering::Relaxed) == NIL {
+            self.let_go(held);
             // The hot side of the handshake with a delegated push's
             // `barrier::heavy` (`barrier.rs`): on every push, so light.
+            barrier::light();
+            if self.stack.load(Ordering::Relaxed) == NIL {
+                return;
+            }
+            if let Some(again) = self.try_take(me) {
+                self.release_draining(oprs, again, me, dispatch);
+            }
+            return;
+        }
+        self.release_draining(oprs, held, me, dispatch);
+    }
+
+    /// [`release`](Self::release) with submissions to drain first.
+    #[inline(never)]
+    fn release_draining(
+        &self,
+        oprs: &Pool<OprBlock>,
+        mut held: Held,
+        me: Option<usize>,
+        dispatch: &mut impl FnMut(u32, u64, usize),
+    ) {
+        loop {
+            while self.drain(oprs, dispatch) {}
+            self.let_go(held);
+            // As in `release`.
             barrier::light();
             if self.stack.load(Ordering::Relaxed) == NIL {
                 return;
@@ -465,6 +807,15 @@ impl Dispatcher {
                 Some(again) => held = again,
                 None => return,
             }
+        }
+    }
+
+    /// Gives up the role held as `held`.
+    #[inline(always)]
+    fn let_go(&self, held: Held) {
+        match held {
+            Held::Busy => self.role.busy.store(0, Ordering::Release),
+            Held::Owner(me) => self.inside[me as usize].store(0, Ordering::Release),
         }
     }
 }
@@ -478,7 +829,7 @@ mod tests {
     /// Dispatches one operation from the thread holding slot `me`.
     fn push(d: &Dispatcher, oprs: &Pool<OprBlock>, me: usize, log: &mut Vec<(u32, u64)>) -> u32 {
         let op = oprs.take();
-        d.submit(oprs, op, Some(me), |op, ticket| log.push((op, ticket)));
+        d.submit(oprs, op, 1, Some(me), |op, ticket, _| log.push((op, ticket >> SHARD_BITS)));
         op
     }
 
@@ -486,30 +837,31 @@ mod tests {
     fn a_thread_that_takes_busy_often_enough_in_a_row_is_named_owner_until_another_takes_it() {
         let oprs = Pool::new();
         let d = Dispatcher::default();
+        d.activate(ALL_SHARDS);
         let mut log = Vec::new();
         for _ in 0..BIAS_AFTER - 1 {
             push(&d, &oprs, 3, &mut log);
         }
-        assert_eq!(d.owner(), None, "not after {} takes", BIAS_AFTER - 1);
+        assert_eq!(d.owner(0), None, "not after {} takes", BIAS_AFTER - 1);
         push(&d, &oprs, 3, &mut log);
-        assert_eq!(d.owner(), Some(3));
+        assert_eq!(d.owner(0), Some(3));
         // The owner's pushes go on in ticket order without `busy`.
         push(&d, &oprs, 3, &mut log);
-        assert_eq!(d.role.busy.load(Ordering::Relaxed), 0);
-        assert_eq!(d.owner(), Some(3));
+        assert_eq!(d.shards[0].role.busy.load(Ordering::Relaxed), 0);
+        assert_eq!(d.owner(0), Some(3));
         // Another thread takes `busy`: the bias is revoked, and the streak
         // starts again from that thread.
         push(&d, &oprs, 5, &mut log);
-        assert_eq!(d.owner(), None);
+        assert_eq!(d.owner(0), None);
         push(&d, &oprs, 3, &mut log);
-        assert_eq!(d.owner(), None, "one take does not name it again");
+        assert_eq!(d.owner(0), None, "one take does not name it again");
         // A thread with no slot is never named.
         let mut none_log = Vec::new();
         for _ in 0..BIAS_AFTER + 1 {
             let op = oprs.take();
-            d.submit(&oprs, op, None, |op, ticket| none_log.push((op, ticket)));
+            d.submit(&oprs, op, 1, None, |op, ticket, _| none_log.push((op, ticket >> SHARD_BITS)));
         }
-        assert_eq!(d.owner(), None);
+        assert_eq!(d.owner(0), None);
         let tickets: Vec<u64> = log.iter().chain(&none_log).map(|&(_, t)| t).collect();
         assert_eq!(tickets, (0..tickets.len() as u64).collect::<Vec<_>>(), "dense tickets in push order");
     }
@@ -525,19 +877,20 @@ mod tests {
         const TURNS: usize = 8;
         let oprs = Pool::new();
         let d = Dispatcher::default();
+        d.activate(ALL_SHARDS);
         let combining = AtomicBool::new(false);
         let slow = AtomicBool::new(false);
         let log = Mutex::new(Vec::new());
         // The log's lock is taken only inside a dispatch, and only to
         // record; overlap is caught by `combining`, not by the lock.
         let overlapped = AtomicBool::new(false);
-        let record = |op: u32, ticket: u64| {
+        let record = |op: u32, ticket: u64, _shard: usize| {
             // Noted, not asserted: a panic here would leave the other
             // thread waiting at the barrier.
             if combining.swap(true, Ordering::SeqCst) {
                 overlapped.store(true, Ordering::SeqCst);
             }
-            log.lock().unwrap().push((op, ticket));
+            log.lock().unwrap().push((op, ticket >> SHARD_BITS));
             // Once the follower is about to revoke, stay a while, so that
             // a revoker that did not wait for the owner would be caught.
             if slow.load(Ordering::SeqCst) {
@@ -560,7 +913,7 @@ mod tests {
                         let push = |mine: &mut Vec<u32>| {
                             let op = oprs.take();
                             mine.push(op);
-                            d.submit(oprs, op, Some(me), record);
+                            d.submit(oprs, op, 1, Some(me), record);
                         };
                         let mut saw_named = 0;
                         for phase in 0..TURNS {
@@ -584,10 +937,10 @@ mod tests {
                                 // Wait for the leader to be named (or to
                                 // give up), then push beside it.
                                 let leader = slots[1 - t].load(Ordering::SeqCst) as usize;
-                                while d.owner() != Some(leader) && !followed.load(Ordering::SeqCst) {
+                                while d.owner(0) != Some(leader) && !followed.load(Ordering::SeqCst) {
                                     std::hint::spin_loop();
                                 }
-                                saw_named += usize::from(d.owner() == Some(leader));
+                                saw_named += usize::from(d.owner(0) == Some(leader));
                                 slow.store(true, Ordering::SeqCst);
                                 push(&mut mine);
                                 slow.store(false, Ordering::SeqCst);
@@ -666,6 +1019,7 @@ mod loom_models {
 
     fn dispatcher(owner: Option<usize>) -> Arc<Dispatcher> {
         let d = Dispatcher::default();
+        d.activate(ALL_SHARDS);
         if let Some(slot) = owner {
             d.name_owner(slot);
         }
@@ -679,7 +1033,7 @@ mod loom_models {
             let log = Log::new();
             let ops: Vec<u32> = (0..3).map(|_| oprs.take()).collect();
             let submit = |op: u32, me: usize, oprs: &Pool<OprBlock>, d: &Dispatcher, log: &Log| {
-                d.submit(oprs, op, Some(me), |op, ticket| log.push(op, ticket));
+                d.submit(oprs, op, 1, Some(me), |op, ticket, _| log.push(op, ticket >> SHARD_BITS));
             };
             let t = {
                 let (oprs, d, log) = (oprs.clone(), d.clone(), log.clone());
@@ -721,9 +1075,13 @@ mod loom_models {
             let op = oprs.take();
             let t = {
                 let (oprs, d, log) = (oprs.clone(), d.clone(), log.clone());
-                loom::thread::spawn(move || d.submit(&oprs, op, Some(OTHER), |op, ticket| log.push(op, ticket)))
+                loom::thread::spawn(move || {
+                    d.submit(&oprs, op, 1, Some(OTHER), |op, ticket, _| log.push(op, ticket >> SHARD_BITS))
+                })
             };
-            let alone = d.take_ticket(&oprs, Some(MAIN), |op, ticket| log.push(op, ticket), || true);
+            let alone = d
+                .take_ticket(&oprs, 1, Some(MAIN), |op, ticket, _| log.push(op, ticket >> SHARD_BITS), || true)
+                .map(|t| t >> SHARD_BITS);
             t.join().unwrap();
             let log = log.take();
             assert_eq!(log.len(), 1, "the submission is dispatched once: {log:?}");
@@ -756,8 +1114,9 @@ mod loom_models {
                     let mut tickets_before_close = 0;
                     d.flush(
                         &oprs,
+                        ALL_SHARDS,
                         Some(OTHER),
-                        |_, _| {},
+                        |_, _, _| {},
                         || {
                             tickets_before_close = d.tickets();
                             closed.store(true, Ordering::Relaxed);
@@ -769,8 +1128,9 @@ mod loom_models {
             let mut seen = None;
             let ticket = d.take_ticket(
                 &oprs,
+                1,
                 Some(MAIN),
-                |_, _| {},
+                |_, _, _| {},
                 || {
                     seen = Some(closed.load(Ordering::Relaxed));
                     true
@@ -787,5 +1147,129 @@ mod loom_models {
     #[test]
     fn a_ticket_taken_alone_sees_exactly_what_came_before_it() {
         each_owner(ticket_sees_what_came_before);
+    }
+
+    /// Per shard, the operations appended to its queues, as (op, ticket):
+    /// each written only while holding that shard, so loom reports an
+    /// append made without it.
+    struct ShardLogs([Log; SHARDS]);
+
+    impl ShardLogs {
+        fn new() -> Arc<ShardLogs> {
+            Arc::new(ShardLogs(std::array::from_fn(|_| Log(UnsafeCell::new(Vec::new())))))
+        }
+        /// What dispatching `op` over the shards of `mask` appends.
+        fn append(&self, op: u32, ticket: u64, mask: u32) {
+            for s in shards_in(mask) {
+                self.0[s].push(op, ticket);
+            }
+        }
+    }
+
+    /// Pushes across shards (module docs, "Shards"), from two threads: no
+    /// deadlock,
+    /// every operation appended once in each of its shards, always while
+    /// holding that shard; operations sharing two shards in the same order
+    /// in both; tickets increasing along each shard, unique; and each
+    /// thread's order kept where its operations share a shard.
+    fn across_shards(owner: Option<usize>) {
+        loom::model(move || {
+            let oprs: Arc<Pool<OprBlock>> = Arc::new(Pool::new());
+            let d = dispatcher(owner);
+            let logs = ShardLogs::new();
+            // Each operation's shards, by its index in `ops`.
+            const MASKS: [u32; 4] = [0b11, 0b01, 0b10, 0b11];
+            let ops: Arc<Vec<u32>> = Arc::new((0..4).map(|_| oprs.take()).collect());
+            let mask_of = |ops: &[u32], op: u32| MASKS[ops.iter().position(|&o| o == op).unwrap()];
+            let submit =
+                move |i: usize, me: usize, oprs: &Pool<OprBlock>, d: &Dispatcher, logs: &ShardLogs, ops: &[u32]| {
+                    d.submit(oprs, ops[i], MASKS[i], Some(me), |op, ticket, _| {
+                        logs.append(op, ticket, mask_of(ops, op))
+                    });
+                };
+            let t = {
+                let (oprs, d, logs, ops) = (oprs.clone(), d.clone(), logs.clone(), ops.clone());
+                loom::thread::spawn(move || {
+                    submit(2, OTHER, &oprs, &d, &logs, &ops);
+                    submit(3, OTHER, &oprs, &d, &logs, &ops);
+                })
+            };
+            submit(0, MAIN, &oprs, &d, &logs, &ops);
+            submit(1, MAIN, &oprs, &d, &logs, &ops);
+            t.join().unwrap();
+            let logs: Vec<Vec<(u32, u64)>> = logs.0.iter().map(|l| l.take()).collect();
+            for (s, log) in logs.iter().enumerate() {
+                let mut want: Vec<u32> = (0..4).filter(|&i| MASKS[i] & (1 << s) != 0).map(|i| ops[i]).collect();
+                let mut got: Vec<u32> = log.iter().map(|&(op, _)| op).collect();
+                let pos = |op| {
+                    got.iter()
+                        .position(|&o| o == op)
+                        .unwrap_or_else(|| panic!("{op} missing in shard {s}: {log:?} of ops {ops:?}"))
+                };
+                if s == 0 {
+                    assert!(pos(ops[0]) < pos(ops[1]), "main's pushes keep their order in shard 0: {log:?}");
+                } else {
+                    assert!(pos(ops[2]) < pos(ops[3]), "the other's pushes keep their order in shard 1: {log:?}");
+                }
+                assert!(log.windows(2).all(|w| w[0].1 < w[1].1), "tickets rise along shard {s}: {log:?}");
+                got.sort_unstable();
+                want.sort_unstable();
+                assert_eq!(got, want, "shard {s} appended each of its operations once: {log:?}");
+            }
+            let order = |s: usize| -> Vec<u32> {
+                logs[s].iter().map(|&(op, _)| op).filter(|&op| op == ops[0] || op == ops[3]).collect()
+            };
+            assert_eq!(order(0), order(1), "two operations across both shards, in one order in each");
+            let mut tickets: Vec<u64> = logs.iter().flatten().map(|&(_, t)| t).collect();
+            tickets.sort_unstable();
+            tickets.dedup();
+            assert_eq!(tickets.len(), 4, "one ticket per operation, unique: {logs:?}");
+            assert_eq!(d.dispatched(), 4);
+        });
+    }
+
+    #[test]
+    fn pushes_across_shards_append_in_one_order_without_deadlock() {
+        each_owner(across_shards);
+    }
+
+    /// A flush of every shard (`wait_all`, the engine's closing) racing a
+    /// push across shards and one within a shard: no deadlock, and what the
+    /// flush's `then` sees (reading both shards' logs, which it may: it
+    /// holds both) never holds the push across shards in one shard only.
+    fn flush_across(owner: Option<usize>) {
+        loom::model(move || {
+            let oprs: Arc<Pool<OprBlock>> = Arc::new(Pool::new());
+            let d = dispatcher(owner);
+            let logs = ShardLogs::new();
+            let (across, within) = (oprs.take(), oprs.take());
+            let mask_of = move |op: u32| if op == across { 0b11 } else { 0b10 };
+            let t = {
+                let (oprs, d, logs) = (oprs.clone(), d.clone(), logs.clone());
+                loom::thread::spawn(move || {
+                    let mut seen = Vec::new();
+                    d.flush(
+                        &oprs,
+                        ALL_SHARDS,
+                        Some(OTHER),
+                        |op, ticket, _| logs.append(op, ticket, mask_of(op)),
+                        || seen = logs.0.iter().map(|l| l.take()).collect(),
+                    );
+                    seen
+                })
+            };
+            d.submit(&oprs, across, 0b11, Some(MAIN), |op, ticket, _| logs.append(op, ticket, mask_of(op)));
+            d.submit(&oprs, within, 0b10, Some(MAIN), |op, ticket, _| logs.append(op, ticket, mask_of(op)));
+            let seen = t.join().unwrap();
+            let has = |s: usize| seen[s].iter().any(|&(op, _)| op == across);
+            assert_eq!(has(0), has(1), "a flush saw a push across shards half done: {seen:?}");
+            let last: Vec<u32> = logs.0[1].take().iter().map(|&(op, _)| op).collect();
+            assert_eq!(last, [across, within], "one thread's pushes in order in the shard they share");
+        });
+    }
+
+    #[test]
+    fn a_flush_never_sees_a_push_across_shards_half_done() {
+        each_owner(flush_across);
     }
 }

@@ -219,7 +219,10 @@ pub(crate) struct Meta {
     pub(crate) opts: PushOpts,
     pub(crate) kind: OprKind,
     pub(crate) is_async: bool,
-    /// Position in the linearization of all pushes (stamped by the dispatcher).
+    /// Position in the linearization of all pushes (stamped by the
+    /// dispatcher). Its low bits name the dispatch shard that counted it
+    /// dispatched, where its completion counts it finished
+    /// (`dispatch::shard_of_ticket`).
     pub(crate) ticket: u64,
     /// The engine's count of dispatched deletions, noted by the push
     /// before it checked the variables (`Core::dispatch` compares it);

@@ -14,8 +14,11 @@
 //!
 //! # `life` word
 //!
-//! `generation << 32 | flags`, one atomic so that a reader sees the
-//! generation and the flags of the same incarnation.
+//! `generation << 32 | 1 << (8 + shard) | flags`, one atomic so that a
+//! reader sees the generation, the dispatch shard and the flags of the
+//! same incarnation. The shard is 0 (none) until the first push or wait
+//! places the variable, which then keeps it until it is deleted
+//! ([`Variables::shard_of`]).
 
 use crate::base::error::{EngineError, OpError};
 use crate::graph::var_queue::{QueueHead, QueueTail, VarBlock, VarQueue};
@@ -27,6 +30,13 @@ use std::sync::Arc;
 pub(crate) const DELETE_REQUESTED: u64 = 1;
 /// The dispatcher has linearized the deletion.
 pub(crate) const DELETE_DISPATCHED: u64 = 2;
+/// Where `life` keeps the variable's dispatch shard, as its bit in a mask
+/// of shards (0: none yet; `dispatch.rs`, "Shards"), above the flags: a
+/// push ors it into its shards as it stands.
+const SHARD_SHIFT: u32 = 8;
+const SHARD_MASK: u64 = ((1 << crate::base::tuning::SHARDS) - 1) << SHARD_SHIFT;
+const _: () =
+    assert!(SHARD_SHIFT as usize + crate::base::tuning::SHARDS <= 32, "the shard bits stay under the generation");
 
 /// A variable: a tag for some resource, cheap to create, copy and delete.
 ///
@@ -190,8 +200,8 @@ pub(crate) struct Variables {
     /// variable holds a failure, and a run need not look at the variables
     /// it reads (`Core::skip_failure`).
     pub(crate) failures_held: AtomicBool,
-    /// Deletions dispatched so far (written only by the combiner, after it
-    /// marks the variable `DELETE_DISPATCHED`). A push notes it before it
+    /// Deletions dispatched so far (written by the combiners, after they
+    /// mark the variable `DELETE_DISPATCHED`). A push notes it before it
     /// checks its variables (`Meta::deletions_seen`); its dispatch finds it
     /// unchanged in the common case and then knows every variable is still
     /// live without looking at each one again (`Core::dispatch`).
@@ -238,6 +248,64 @@ impl Variables {
         let slot = self.slots.get(var.slot);
         slot.check(var)?;
         Ok(slot)
+    }
+
+    /// The slot of a live variable of this engine, and its dispatch shard
+    /// as a mask bit ([`shard_of`](Self::shard_of), from the same look at
+    /// `life` as the check).
+    ///
+    /// `home()` runs only when the variable is placed now, before it is
+    /// (see [`shard_of`](Self::shard_of)).
+    #[inline(always)]
+    pub(crate) fn slot_and_shard(
+        &self,
+        var: Var,
+        home: impl FnOnce() -> usize,
+    ) -> Result<(&VarSlot, u32), EngineError> {
+        if var.engine != self.engine {
+            return Err(EngineError::ForeignVar);
+        }
+        let slot = self.slots.get(var.slot);
+        let life = slot.life.load(Ordering::Acquire);
+        if (life >> 32) as u32 != var.gen || life & DELETE_REQUESTED != 0 {
+            return Err(EngineError::DeletedVar);
+        }
+        let bit = ((life & SHARD_MASK) >> SHARD_SHIFT) as u32;
+        Ok((slot, if bit != 0 { bit } else { 1 << Self::place(slot, home()) }))
+    }
+
+    /// The dispatch shard of the variable in `slot` (`dispatch.rs`,
+    /// "Shards"): the one it was placed in, or else `home()`, where it is
+    /// placed now. Every push and wait on one incarnation of a variable
+    /// gets the same answer: it is set once, by a CAS, and cleared only
+    /// when the slot is given back. `home()` runs before the placement is
+    /// published (release; the loads here acquire), so what it does (the
+    /// core marks the shard active) happens before any push that finds
+    /// the variable placed.
+    #[inline(always)]
+    pub(crate) fn shard_of(&self, slot: &VarSlot, home: impl FnOnce() -> usize) -> usize {
+        let bit = (slot.life.load(Ordering::Acquire) & SHARD_MASK) >> SHARD_SHIFT;
+        if bit != 0 {
+            return bit.trailing_zeros() as usize;
+        }
+        Self::place(slot, home())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn place(slot: &VarSlot, home: usize) -> usize {
+        let mut life = slot.life.load(Ordering::Acquire);
+        loop {
+            let bit = (life & SHARD_MASK) >> SHARD_SHIFT;
+            if bit != 0 {
+                return bit.trailing_zeros() as usize;
+            }
+            let with = life | (1 << (SHARD_SHIFT as usize + home));
+            match slot.life.compare_exchange_weak(life, with, Ordering::Release, Ordering::Acquire) {
+                Ok(_) => return home,
+                Err(actual) => life = actual,
+            }
+        }
     }
 
     /// Marks `var` as being deleted; a second call is an error.
@@ -298,10 +366,43 @@ impl Variables {
         self.deletions_dispatched.load(Ordering::Acquire)
     }
 
-    /// Counts a deletion the combiner dispatched (after marking its
-    /// variable). Only the combiner writes the count: no locked instruction.
+    /// Counts a deletion a combiner dispatched (after marking its
+    /// variable). The combiners of several shards may count at once: a
+    /// locked add, on a path as rare as deletions.
     pub(crate) fn note_deletion_dispatched(&self) {
-        let count = self.deletions_dispatched.load(Ordering::Relaxed);
-        self.deletions_dispatched.store(count + 1, Ordering::Release);
+        self.deletions_dispatched.fetch_add(1, Ordering::Release);
+    }
+}
+
+#[cfg(all(test, not(depengine_loom)))]
+mod tests {
+    use super::*;
+
+    /// A variable is placed in a dispatch shard by the first push or wait
+    /// that asks, keeps it through its life (the deletion's request
+    /// included, and the handle's checks still see its generation), and a
+    /// new variable in the same slot is placed afresh.
+    #[test]
+    fn a_variable_keeps_the_shard_it_was_first_placed_in_until_it_is_freed() {
+        let blocks = Pool::new();
+        let vars = Variables::new(7);
+        let v = vars.new_var(&blocks);
+        let slot = vars.get(v.slot);
+        let mut asked = 0;
+        let mut home = |h| {
+            asked += 1;
+            h
+        };
+        assert_eq!(vars.shard_of(slot, || home(3)), 3, "placed in the asker's home");
+        assert_eq!(vars.slot_and_shard(v, || home(5)).map(|(_, bit)| bit), Ok(1 << 3), "placed once");
+        assert_eq!(asked, 1, "the home is asked for only to place");
+        assert_eq!(slot.check(v), Ok(()));
+        vars.request_delete(v).unwrap();
+        assert_eq!(vars.shard_of(slot, || 9), 3, "a deletion's request keeps the shard");
+        assert!(vars.slot_and_shard(v, || 9).is_err(), "the handle is being deleted");
+        vars.free(v.slot, &blocks);
+        let w = vars.new_var(&blocks);
+        assert_eq!((w.slot, w.gen), (v.slot, v.gen + 1), "the slot comes back, one generation on");
+        assert_eq!(vars.shard_of(vars.get(w.slot), || 6), 6, "a new variable is placed afresh");
     }
 }

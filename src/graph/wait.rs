@@ -16,9 +16,9 @@
 //! re-check sees the change or the waker sees the sleeper.
 
 use crate::base::error::OpError;
-use crate::base::tuning::WAIT_SPINS;
 use crate::base::tuning::{RATE_SPAN_MIN, RATE_SPAN_RESTART, SHORT_OP};
-use crate::graph::dispatch::Dispatcher;
+use crate::base::tuning::{SHARDS, WAIT_SPINS};
+use crate::graph::dispatch::{shards_in, Dispatcher};
 use crate::mem::completion::Completion;
 use crate::mem::pool::{Pool, Pooled};
 use crate::sync::{
@@ -61,67 +61,90 @@ fn help_spin_sleep(mut done: impl FnMut() -> bool, mut helper: Helper<impl FnMut
     }
 }
 
-/// Counts finished operations; pending = dispatched (the dispatcher's
-/// ticket count) − finished. A push costs no locked instruction for the
-/// count: pushers only read `finished`, and keep a copy of it on a line of
-/// their own (`finished_seen`, a plain store now and then), which bounds
-/// the pending count without reading the workers' line at every push
-/// ([`pending_at_most`](Self::pending_at_most)); `wait_all` sleeps on it.
+/// Counts finished operations, per dispatch shard (`dispatch.rs`,
+/// "Shards"): an operation counts in the shard that counted it dispatched,
+/// and a shard's pending count is its dispatched count less its finished
+/// count. So a pusher, which checks its own shard's count against the cap
+/// on every push, reads nothing another pusher writes, and a completion
+/// writes the line of its operation's shard only. The engine's pending
+/// count sums the shards.
+///
+/// A push costs no locked instruction for the count: pushers only read
+/// `finished`, and keep a copy of it on a line of their own
+/// (`finished_seen`, a plain store now and then), which bounds the pending
+/// count without reading the workers' line at every push
+/// ([`pending_at_most`](Self::pending_at_most)); `wait_all` sleeps on
+/// `epoch`.
+#[repr(C)]
 pub(crate) struct PendingCounter {
-    finished: CachePadded<AtomicU64>,
+    /// Bumped by each wake-up; sleepers (waits for all, throttled
+    /// pushers) sleep on it. On the first line, with `sleepers`, which
+    /// every `done` reads, and the drain rate (read-mostly).
     epoch: AtomicU32,
     sleepers: AtomicU32,
-    /// The finished count a throttled pusher sleeps for (0: none asleep);
-    /// see [`sleep_until_finished`](Self::sleep_until_finished). Beside
-    /// `sleepers`, which every `done` reads already.
-    wake_at: AtomicU64,
-    /// How fast the count rises, as throttled pushers see it (in the
-    /// padding of the line above: the struct keeps its size).
+    /// How fast the count rises, as throttled pushers see it.
     pub(crate) drain_rate: DrainRate,
-    /// A finished count pushers saw earlier ([`pending_at_most`]): on a
-    /// line of its own that only pushers write (and rarely), so reading
-    /// it on every push costs no transfer from the workers, which write
-    /// `finished`.
+    shards: [ShardCount; SHARDS],
+}
+
+/// One dispatch shard's finished count.
+#[derive(Default)]
+struct ShardCount {
+    /// Written by whoever finishes the shard's operations.
+    line: CachePadded<Finished>,
+    /// A finished count the shard's pushers saw earlier
+    /// ([`pending_at_most`](PendingCounter::pending_at_most)): on a line of
+    /// its own that only pushers write (and rarely), so reading it on every
+    /// push costs no transfer from the workers, which write `finished`.
     ///
     /// An estimate that orders nothing (any count once read from
     /// `finished` bounds the pending count): a std atomic, which loom does
     /// not explore, as for the statistics and the drain rate.
-    ///
-    /// [`pending_at_most`]: Self::pending_at_most
     finished_seen: CachePadded<std_atomic::AtomicU64>,
+}
+
+#[derive(Default)]
+struct Finished {
+    finished: AtomicU64,
+    /// The finished count a throttled pusher of this shard sleeps for (0:
+    /// none asleep); see [`sleep_until_finished`](PendingCounter::sleep_until_finished).
+    /// Beside `finished`: every `done` reads it.
+    wake_at: AtomicU64,
 }
 
 impl Default for PendingCounter {
     fn default() -> Self {
         PendingCounter {
-            finished: CachePadded::new(AtomicU64::new(0)),
+            shards: std::array::from_fn(|_| ShardCount::default()),
             epoch: AtomicU32::new(0),
             sleepers: AtomicU32::new(0),
-            wake_at: AtomicU64::new(0),
             drain_rate: DrainRate::default(),
-            finished_seen: CachePadded::new(std_atomic::AtomicU64::new(0)),
         }
     }
 }
 
 impl PendingCounter {
-    /// `n` operations finished; wakes `wait_all` sleepers when that leaves
-    /// none of the `dispatched()` ones pending, and a throttled pusher when
-    /// the count reaches the one it sleeps for.
-    /// Returns whether it woke the waits for all (the caller then answers
-    /// the futures among them, [`AllWaiters`]).
+    /// `n` operations of dispatch shard `shard` finished; wakes `wait_all`
+    /// sleepers when `idle()` says that leaves nothing pending, and a
+    /// throttled pusher of the shard when its count reaches the one it
+    /// sleeps for. Returns whether it woke the waits for all (the caller
+    /// then answers the futures among them, [`AllWaiters`]).
+    ///
+    /// `idle` sums every shard: by the SeqCst order of the adds, the last
+    /// completion sees all the others.
     #[inline]
-    pub(crate) fn done(&self, n: u64, dispatched: impl FnOnce() -> u64) -> bool {
-        let finished = self.finished.fetch_add(n, Ordering::SeqCst) + n;
+    pub(crate) fn done(&self, shard: usize, n: u64, idle: impl FnOnce() -> bool) -> bool {
+        let line = &self.shards[shard].line;
+        let finished = line.finished.fetch_add(n, Ordering::SeqCst) + n;
         loom_sc_fence();
-        if self.sleepers.load(Ordering::SeqCst) > 0 && finished == dispatched() {
+        if self.sleepers.load(Ordering::SeqCst) > 0 && idle() {
             self.wake_all();
             return true;
         }
-        let wake_at = self.wake_at.load(Ordering::SeqCst);
+        let wake_at = line.wake_at.load(Ordering::SeqCst);
         if wake_at != 0
             && finished >= wake_at
-            && self.wake_at.compare_exchange(wake_at, 0, Ordering::SeqCst, Ordering::Relaxed).is_ok()
+            && line.wake_at.compare_exchange(wake_at, 0, Ordering::SeqCst, Ordering::Relaxed).is_ok()
         {
             self.wake_all();
         }
@@ -154,10 +177,15 @@ impl PendingCounter {
         futex_wake_all(&self.epoch);
     }
 
-    /// Operations finished so far.
+    /// Operations of dispatch shard `shard` finished so far.
     #[inline]
-    pub(crate) fn finished(&self) -> u64 {
-        self.finished.load(Ordering::SeqCst)
+    pub(crate) fn finished(&self, shard: usize) -> u64 {
+        self.shards[shard].line.finished.load(Ordering::SeqCst)
+    }
+
+    /// Operations of the dispatch shards of `mask` finished so far.
+    pub(crate) fn finished_in(&self, mask: u32) -> u64 {
+        shards_in(mask).map(|s| self.finished(s)).sum()
     }
 
     /// A throttled pusher sleeps until `target` operations have finished
@@ -170,29 +198,31 @@ impl PendingCounter {
     /// reads `wake_at`. Whichever comes second sees the other, so the
     /// pusher either does not sleep or is woken (the disarming CAS admits
     /// one waker per arming).
-    pub(crate) fn sleep_until_finished(&self, target: u64, timeout: std::time::Duration) {
+    pub(crate) fn sleep_until_finished(&self, shard: usize, target: u64, timeout: std::time::Duration) {
         debug_assert!(target != 0);
+        let line = &self.shards[shard].line;
         let epoch = self.epoch.load(Ordering::Acquire);
-        let mut armed = self.wake_at.load(Ordering::Relaxed);
+        let mut armed = line.wake_at.load(Ordering::Relaxed);
         while armed == 0 || armed > target {
-            match self.wake_at.compare_exchange_weak(armed, target, Ordering::SeqCst, Ordering::Relaxed) {
+            match line.wake_at.compare_exchange_weak(armed, target, Ordering::SeqCst, Ordering::Relaxed) {
                 Ok(_) => break,
                 Err(now) => armed = now,
             }
         }
         loom_sc_fence();
-        if self.finished.load(Ordering::SeqCst) < target {
+        if line.finished.load(Ordering::SeqCst) < target {
             futex_wait_for(&self.epoch, epoch, timeout);
         }
         // Disarm what is still ours (timed out, or woken for another
         // sleeper's lower target); a later sleeper re-arms its own.
-        let _ = self.wake_at.compare_exchange(target, 0, Ordering::SeqCst, Ordering::Relaxed);
+        let _ = line.wake_at.compare_exchange(target, 0, Ordering::SeqCst, Ordering::Relaxed);
     }
 
-    /// Operations dispatched and not finished.
+    /// Operations of dispatch shard `shard` dispatched (`dispatched` of
+    /// them) and not finished.
     #[inline]
-    pub(crate) fn pending(&self, dispatched: u64) -> u64 {
-        dispatched.saturating_sub(self.finished.load(Ordering::SeqCst))
+    pub(crate) fn pending(&self, shard: usize, dispatched: u64) -> u64 {
+        dispatched.saturating_sub(self.finished(shard))
     }
 
     /// A bound the pending count cannot exceed, read without touching the
@@ -201,8 +231,8 @@ impl PendingCounter {
     /// since. A push compares this with its limits and reads the exact
     /// count only when the bound reaches one.
     #[inline]
-    pub(crate) fn pending_at_most(&self, dispatched: u64) -> u64 {
-        dispatched.saturating_sub(self.finished_seen.load(std_atomic::Ordering::Relaxed))
+    pub(crate) fn pending_at_most(&self, shard: usize, dispatched: u64) -> u64 {
+        dispatched.saturating_sub(self.shards[shard].finished_seen.load(std_atomic::Ordering::Relaxed))
     }
 
     /// [`pending`](Self::pending); when that is under `limit`, keeps the
@@ -211,11 +241,11 @@ impl PendingCounter {
     /// push anyway). Racing pushers may store their counts out of order;
     /// an older count only loosens the bound.
     #[inline]
-    pub(crate) fn pending_seen(&self, dispatched: u64, limit: u64) -> u64 {
-        let finished = self.finished.load(Ordering::SeqCst);
+    pub(crate) fn pending_seen(&self, shard: usize, dispatched: u64, limit: u64) -> u64 {
+        let finished = self.finished(shard);
         let pending = dispatched.saturating_sub(finished);
         if pending < limit {
-            self.finished_seen.store(finished, std_atomic::Ordering::Relaxed);
+            self.shards[shard].finished_seen.store(finished, std_atomic::Ordering::Relaxed);
         }
         pending
     }
@@ -226,8 +256,11 @@ impl PendingCounter {
     /// submitted before that body's operation finishes, so once `finished`
     /// counts the parent, the child is either still undispatched (counted
     /// there) or dispatched (counted in `dispatched`, read last).
-    fn all_finished(&self, dispatcher: &Dispatcher) -> bool {
-        let finished = self.finished.load(Ordering::SeqCst);
+    ///
+    /// The shards read are those active before the finished counts: one
+    /// activated since holds only operations pushed during this call.
+    pub(crate) fn all_finished(&self, dispatcher: &Dispatcher) -> bool {
+        let finished = self.finished_in(dispatcher.active_mask());
         dispatcher.undispatched() == 0 && dispatcher.dispatched() == finished
     }
 
@@ -608,19 +641,19 @@ mod tests {
     #[test]
     fn the_pushers_bound_is_never_below_the_pending_count() {
         let counter = PendingCounter::default();
-        assert_eq!(counter.pending_at_most(10), 10);
-        counter.done(4, || 10);
+        assert_eq!(counter.pending_at_most(0, 10), 10);
+        counter.done(0, 4, || false);
         // Finished moved on; the bound keeps the count it last saw.
-        assert_eq!((counter.pending(10), counter.pending_at_most(10)), (6, 10));
+        assert_eq!((counter.pending(0, 10), counter.pending_at_most(0, 10)), (6, 10));
         // An exact read at the limit leaves the bound alone ...
-        assert_eq!(counter.pending_seen(10, 6), 6);
-        assert_eq!(counter.pending_at_most(10), 10);
+        assert_eq!(counter.pending_seen(0, 10, 6), 6);
+        assert_eq!(counter.pending_at_most(0, 10), 10);
         // ... one under it refreshes the bound.
-        assert_eq!(counter.pending_seen(10, 7), 6);
-        assert_eq!(counter.pending_at_most(12), 8);
-        counter.done(8, || 12);
-        assert_eq!(counter.pending(12), 0);
-        assert!(counter.pending_at_most(12) >= counter.pending(12));
+        assert_eq!(counter.pending_seen(0, 10, 7), 6);
+        assert_eq!(counter.pending_at_most(0, 12), 8);
+        counter.done(0, 8, || false);
+        assert_eq!(counter.pending(0, 12), 0);
+        assert!(counter.pending_at_most(0, 12) >= counter.pending(0, 12));
     }
 
     /// A throttled pusher's sleep ends when the count reaches its target,
@@ -633,8 +666,8 @@ mod tests {
             std::thread::spawn(move || {
                 let start = Instant::now();
                 // (A futex may return spuriously: the caller re-checks.)
-                while counter.finished() < 3 {
-                    counter.sleep_until_finished(3, NEVER);
+                while counter.finished(0) < 3 {
+                    counter.sleep_until_finished(0, 3, NEVER);
                 }
                 start.elapsed()
             })
@@ -642,11 +675,11 @@ mod tests {
         // Finish one at a time, giving the sleeper time to arm and sleep.
         for _ in 0..3 {
             std::thread::sleep(Duration::from_millis(20));
-            counter.done(1, || 10);
+            counter.done(0, 1, || false);
         }
         let slept = sleeper.join().unwrap();
         assert!(slept < NEVER / 2, "woken only by the timeout after {slept:?}");
-        assert_eq!(counter.wake_at.load(std::sync::atomic::Ordering::SeqCst), 0, "left armed");
+        assert_eq!(counter.shards[0].line.wake_at.load(std::sync::atomic::Ordering::SeqCst), 0, "left armed");
     }
 
     /// A target already reached: no sleep at all. A target never reached:
@@ -655,13 +688,13 @@ mod tests {
     #[test]
     fn a_reached_target_returns_at_once_and_a_timed_out_one_disarms() {
         let counter = PendingCounter::default();
-        counter.done(2, || 10);
+        counter.done(0, 2, || false);
         let start = Instant::now();
-        counter.sleep_until_finished(2, NEVER);
+        counter.sleep_until_finished(0, 2, NEVER);
         assert!(start.elapsed() < NEVER / 2);
-        counter.sleep_until_finished(5, Duration::from_millis(5));
-        assert_eq!(counter.wake_at.load(std::sync::atomic::Ordering::SeqCst), 0, "left armed");
-        assert_eq!(counter.finished(), 2);
+        counter.sleep_until_finished(0, 5, Duration::from_millis(5));
+        assert_eq!(counter.shards[0].line.wake_at.load(std::sync::atomic::Ordering::SeqCst), 0, "left armed");
+        assert_eq!(counter.finished(0), 2);
     }
 
     /// A waker that counts its wake-ups; its strong count tells whether a
@@ -739,12 +772,12 @@ mod tests {
         marker.join().unwrap();
     }
 
-    /// The throttle's fields live in the padding after `finished`: the
-    /// counter takes three line pairs, the workers' `finished`, the
-    /// waiters' and throttle's fields, and the pushers' `finished_seen`.
+    /// The waiters' fields and the drain rate fit one line pair; each
+    /// shard takes two more, the workers' `finished` and the pushers'
+    /// `finished_seen`.
     #[test]
-    fn the_throttle_fields_fit_in_the_padding() {
-        assert_eq!(std::mem::size_of::<PendingCounter>(), 3 * 128);
+    fn the_counter_takes_one_line_pair_and_two_per_shard() {
+        assert_eq!(std::mem::size_of::<PendingCounter>(), (1 + 2 * crate::base::tuning::SHARDS) * 128);
     }
 }
 
@@ -763,13 +796,13 @@ mod loom_models {
             let finisher = {
                 let counter = counter.clone();
                 loom::thread::spawn(move || {
-                    counter.done(1, || 4);
-                    counter.done(1, || 4);
+                    counter.done(0, 1, || false);
+                    counter.done(0, 1, || false);
                 })
             };
-            counter.sleep_until_finished(2, std::time::Duration::from_secs(1));
+            counter.sleep_until_finished(0, 2, std::time::Duration::from_secs(1));
             finisher.join().unwrap();
-            assert_eq!(counter.finished(), 2);
+            assert_eq!(counter.finished(0), 2);
         });
     }
 }

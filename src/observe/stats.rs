@@ -84,8 +84,10 @@ pub struct EngineStats {
     /// ([`EngineBuilder::inline_pace`](crate::EngineBuilder::inline_pace)).
     /// Their runs count in `ran_elsewhere`.
     pub stints: u64,
-    /// Most operations pushed and not finished at once, as seen by pushes
-    /// (tracked while the pending cap is on, the default).
+    /// Most operations pushed and not finished at once in one dispatch
+    /// shard (all of one pushing thread's, when it pushes to variables of
+    /// its own), as seen by pushes (tracked while the pending cap is on,
+    /// the default). See [`EngineBuilder::max_pending`](crate::EngineBuilder::max_pending).
     pub pending_high_water: u64,
     /// Most operations waiting in a ready queue at once (sampled by the
     /// workers every 64 operations).

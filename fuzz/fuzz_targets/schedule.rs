@@ -1,7 +1,9 @@
 //! Fuzzes schedules: the input decodes into a program of pushes (read and
-//! write sets over a few variables, sync / async completed in the body /
-//! async completed on a foreign thread, property, priority, no-skip,
-//! succeeding or failing four ways, sometimes pushing a nested operation),
+//! write sets over a few variables, two of them placed in another
+//! thread's dispatch shard so that pushes cross shards, sync / async
+//! completed in the body / async completed on a foreign thread, property,
+//! priority, no-skip, succeeding or failing four ways, sometimes pushing a
+//! nested operation),
 //! waits, deletions and bulking, and runs it on every engine.
 //!
 //! What the pushing thread observes — the values each top-level operation
@@ -135,7 +137,8 @@ struct Run {
     cells: Vec<AtomicU64>,
     nested_vars: Vec<Var>,
     reads: Mutex<Vec<Option<Vec<u64>>>>,
-    tickets: Mutex<Vec<Option<u64>>>,
+    /// Each top-level step's ticket and the cells it touched.
+    tickets: Mutex<Vec<Option<Stamped>>>,
     nested: Mutex<Vec<NestedRun>>,
     nested_pushed: AtomicU64,
     deleted: Mutex<Vec<(usize, u64)>>,
@@ -154,6 +157,9 @@ fn effect(cells: &[AtomicU64], id: u64, reads: &[usize], writes: &[usize]) -> Ve
     read
 }
 
+/// A top-level step's ticket and the cells it touched.
+type Stamped = (u64, Vec<usize>);
+
 /// The indices below `count` whose bit is set in `mask`.
 fn members(mask: u8, count: usize) -> impl Iterator<Item = usize> {
     (0..count).filter(move |i| mask & (1 << i) != 0)
@@ -171,7 +177,7 @@ impl Run {
     ) {
         let read = effect(&self.cells, step as u64, reads, writes);
         self.reads.lock().unwrap()[step] = Some(read);
-        self.tickets.lock().unwrap()[step] = Some(ticket);
+        self.tickets.lock().unwrap()[step] = Some((ticket, reads.iter().chain(writes).copied().collect()));
         if let Some((r, w)) = nested {
             self.push_nested(r & !w, w);
         }
@@ -305,6 +311,15 @@ fn run_program(kind: &str, engine: &Arc<Engine>, steps: &[Step]) -> Observed {
         findings: Mutex::new(Vec::new()),
     });
     let mut vars: Vec<Var> = (0..SHARED).map(|_| engine.new_var()).collect();
+    // A variable lives in the dispatch shard of the first thread that
+    // pushes to it or waits on it: one shared and one nested variable are
+    // placed from another thread here, so that pushes over several
+    // variables cross shards (the top-level ones from this thread, the
+    // nested ones from bodies on the workers).
+    let elsewhere = [vars[SHARED - 1], run.nested_vars[NESTED - 1]];
+    std::thread::scope(|s| {
+        s.spawn(|| elsewhere.iter().for_each(|&v| drop(engine.wait_var(v))));
+    });
     let mut cell_of: Vec<usize> = (0..SHARED).collect();
     let mut next_cell = SHARED;
     let mut seen = Observed::default();
@@ -345,10 +360,16 @@ fn run_program(kind: &str, engine: &Arc<Engine>, steps: &[Step]) -> Observed {
 
     let findings = run.findings.lock().unwrap();
     assert!(findings.is_empty(), "{kind}: {findings:?}");
-    // Top-level pushes come from one thread: their tickets follow push order
-    // (bulk members share their fused operation's ticket).
-    let tickets: Vec<u64> = run.tickets.lock().unwrap().iter().flatten().copied().collect();
-    assert!(tickets.windows(2).all(|w| w[0] <= w[1]), "{kind}: tickets out of push order: {tickets:?}");
+    // Top-level pushes come from one thread: along every variable (cell),
+    // their tickets follow push order (bulk members share their fused
+    // operation's ticket). Pushes that share no variable may be stamped
+    // in either order: each dispatch shard keeps its own clock.
+    let tickets = run.tickets.lock().unwrap();
+    for cell in 0..CELLS {
+        let along: Vec<u64> = tickets.iter().flatten().filter(|(_, c)| c.contains(&cell)).map(|&(t, _)| t).collect();
+        assert!(along.windows(2).all(|w| w[0] <= w[1]), "{kind}: tickets out of push order on cell {cell}: {along:?}");
+    }
+    drop(tickets);
     check_nested(kind, &run);
 
     for v in vars.into_iter().chain(run.nested_vars.iter().copied()) {

@@ -22,7 +22,7 @@ use crate::base::error::{EngineError, OpError};
 use crate::base::tuning::{SHARDS, SWEEP_ROUND};
 use crate::exec::{Executor, ExecutorTraits, Runner};
 use crate::graph::bulk_buf::BulkBuf;
-use crate::graph::dispatch::{home_shard, Dispatcher, ALL_SHARDS};
+use crate::graph::dispatch::{home_shard, shards_in, Dispatcher, ALL_SHARDS};
 use crate::graph::lifecycle::Lifecycle;
 use crate::graph::opr::{Body, Dep, OprBlock, OprKind, LOOK_AT_EACH_VAR, READ, WRITE};
 use crate::graph::var::{Var, Variables, DELETE_DISPATCHED};
@@ -555,14 +555,15 @@ impl Core {
     }
 
     /// Dispatches everything submitted so far; `then` runs while combining
-    /// every shard, between two dispatches.
+    /// every active shard, between two dispatches.
     pub(crate) fn flush_dispatcher(&self, then: impl FnOnce()) {
-        self.flush_shards(ALL_SHARDS, then);
+        self.flush_shards(ALL_SHARDS, |_| then());
     }
 
     /// Dispatches everything submitted so far to the dispatch shards
-    /// `shards`; `then` runs while combining them.
-    pub(crate) fn flush_shards(&self, shards: u32, then: impl FnOnce()) {
+    /// `shards`; `then` runs while combining those of them that are
+    /// active, which it is told.
+    pub(crate) fn flush_shards(&self, shards: u32, then: impl FnOnce(u32)) {
         let mut ready = ReadyList { head: NIL, tail: NIL };
         let me = crate::mem::thread_slot::current();
         self.dispatcher.flush(
@@ -589,10 +590,11 @@ impl Core {
     /// blocks are counted apart, `live_op_blocks`).
     pub(crate) fn return_spare_blocks(&self) {
         self.op_caches.give_back_shared(&self.oprs);
-        self.flush_dispatcher(|| {
-            for spares in &self.spare_blocks {
-                // SAFETY: we hold every shard, so no append runs meanwhile.
-                spares.0.with_mut(|spares| unsafe { (*spares).give_back(&self.blocks) })
+        self.flush_shards(ALL_SHARDS, |held| {
+            for s in shards_in(held) {
+                // SAFETY: we hold shard `s`, so none of its appends runs
+                // meanwhile.
+                self.spare_blocks[s].0.with_mut(|spares| unsafe { (*spares).give_back(&self.blocks) })
             }
         });
     }

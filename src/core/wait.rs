@@ -91,7 +91,7 @@ impl Core {
         let shard = self
             .vars
             .shard_of(slot, || self.placing(crate::graph::dispatch::home_shard(crate::mem::thread_slot::current())));
-        self.flush_shards(1 << shard, || {
+        self.flush_shards(1 << shard, |_| {
             if self.life.is_closing() || !slot.dispatchable(var.gen) {
                 return;
             }

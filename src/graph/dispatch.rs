@@ -426,30 +426,41 @@ impl Dispatcher {
         ticket
     }
 
-    /// Becomes the combiner of every shard of `shards` (waiting for each
-    /// current one, which runs no user code and so finishes soon), lowest
-    /// first, and dispatches everything submitted to them so far; then
-    /// `then` runs while still combining (used to close the engine between
-    /// two dispatches, and to look at a variable's queue as its appender).
+    /// Becomes the combiner of every active shard of `shards` (waiting for
+    /// each current one, which runs no user code and so finishes soon),
+    /// lowest first, and dispatches everything submitted to them so far;
+    /// then `then` runs while still combining (used to close the engine
+    /// between two dispatches, and to look at a variable's queue as its
+    /// appender), told which shards it holds.
+    ///
+    /// A shard not yet active has had nothing submitted: one activated
+    /// while this runs holds only pushes concurrent with it, which may be
+    /// ordered after it (their dispatch reads what `then` did, or they
+    /// come before it: both are linearizable).
     pub(crate) fn flush(
         &self,
         oprs: &Pool<OprBlock>,
         shards: u32,
         me: Option<usize>,
         mut dispatch: impl FnMut(u32, u64, usize),
-        then: impl FnOnce(),
+        then: impl FnOnce(u32),
     ) {
+        let shards = shards & self.active.load(Ordering::SeqCst);
+        if shards == 0 {
+            then(0);
+            return;
+        }
         if shards & (shards - 1) == 0 {
             // One shard (a variable's): its own combiner's way.
             let shard = &self.shards[shards.trailing_zeros() as usize];
             let held = shard.take_waiting(me);
             shard.drain(oprs, &mut dispatch);
-            then();
+            then(shards);
             shard.release(oprs, held, me, &mut dispatch);
             return;
         }
         let owners = self.take_waiting(oprs, shards, me, &mut dispatch);
-        then();
+        then(shards);
         self.release(oprs, shards, owners, me, &mut dispatch);
     }
 
@@ -1117,7 +1128,7 @@ mod loom_models {
                         ALL_SHARDS,
                         Some(OTHER),
                         |_, _, _| {},
-                        || {
+                        |_| {
                             tickets_before_close = d.tickets();
                             closed.store(true, Ordering::Relaxed);
                         },
@@ -1253,7 +1264,7 @@ mod loom_models {
                         ALL_SHARDS,
                         Some(OTHER),
                         |op, ticket, _| logs.append(op, ticket, mask_of(op)),
-                        || seen = logs.0.iter().map(|l| l.take()).collect(),
+                        |_| seen = logs.0.iter().map(|l| l.take()).collect(),
                     );
                     seen
                 })

@@ -7,6 +7,7 @@
 #                                         each capped at this machine's CPUs
 #   WORKERS=2,4 PUSHERS=1,2 perf/scaling.sh
 #   QUICK=1 perf/scaling.sh               a smoke run (N/100; do not publish)
+#   BIN=path OUT_DIR=dir perf/scaling.sh  a harness built elsewhere (perf/device.sh)
 #
 # Each point is one harness run (`--threads T --pushers P --json`); the
 # worker series runs one pusher, the pusher series two workers... or the
@@ -22,11 +23,15 @@ engines=${ENGINES:-per_device,pooled}
 workloads=${WORKLOADS:-nodeps,chains64,random,layered}
 weights=${W:-0,1000}
 stamp=${REPORT_NAME:-$(date -u +%Y-%m-%d-%H%M)}
-out=perf/reports/$stamp.scaling
+out=${OUT_DIR:-perf/reports/$stamp.scaling}
 mkdir -p "$out"
-scripts/setup.sh
-cargo build --release -p depengine-perf
-bin=target/release/depengine-perf
+if [[ -n "${BIN:-}" ]]; then
+    bin=$BIN # built elsewhere (perf/device.sh): no set-up, no build
+else
+    scripts/setup.sh
+    cargo build --release -p depengine-perf
+    bin=target/release/depengine-perf
+fi
 quick=()
 [[ -n "${QUICK:-}" ]] && quick=(--quick)
 run() { # threads pushers

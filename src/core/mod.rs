@@ -295,8 +295,10 @@ impl Core {
             OprKind::DeleteVar => LOOK_AT_EACH_VAR,
             _ => self.vars.deletions_dispatched(),
         };
-        // The dispatch shards of the variables (`dispatch.rs`, "Shards").
+        // The dispatch shards of the variables (`dispatch.rs`, "Shards");
+        // a variable no push has placed yet is placed in this thread's.
         let home = home_shard(me);
+        let place = || self.placing(home);
         let mut shards = 0u32;
         // SAFETY: the block was just taken: the pusher owns it (phase 1).
         let filled = unsafe {
@@ -307,7 +309,7 @@ impl Core {
                     // The operator owns its variables; only re-check them.
                     return inner.deps.as_slice().iter().try_for_each(|d| {
                         let v = Var { engine: self.id, slot: d.slot(), gen: d.gen };
-                        shards |= self.vars.slot_and_shard(v, || self.placing(home))?.1;
+                        shards |= self.vars.slot_and_shard(v, place)?.1;
                         Ok(())
                     });
                 }
@@ -319,7 +321,7 @@ impl Core {
                         if v.engine != self.id {
                             return Err(EngineError::ForeignVar);
                         }
-                        shards |= 1 << self.vars.shard_of(self.vars.get(v.slot), || self.placing(home));
+                        shards |= 1 << self.vars.shard_of(self.vars.get(v.slot), place);
                         deps.add(Dep::new(v.slot, v.gen, WRITE));
                     }
                     return Ok(());
@@ -327,11 +329,11 @@ impl Core {
                 // Two loops, not one over both lists: the compiler keeps
                 // each tight (perf/instructions.sh).
                 for &v in writes {
-                    shards |= self.vars.slot_and_shard(v, || self.placing(home))?.1;
+                    shards |= self.vars.slot_and_shard(v, place)?.1;
                     deps.add(Dep::new(v.slot, v.gen, WRITE));
                 }
                 for &v in reads {
-                    shards |= self.vars.slot_and_shard(v, || self.placing(home))?.1;
+                    shards |= self.vars.slot_and_shard(v, place)?.1;
                     deps.add(Dep::new(v.slot, v.gen, READ));
                 }
                 Ok(())
@@ -368,7 +370,7 @@ impl Core {
         }
         // An operation with no variables goes to the pusher's home shard.
         if shards == 0 {
-            shards = 1 << self.placing(home);
+            shards = 1 << place();
         }
         self.submit(op, shards, me)
     }

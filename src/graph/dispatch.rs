@@ -115,8 +115,8 @@
 //! - **Counts.** Each shard counts what it dispatched (an operation
 //!   across shards, in its lowest); `dispatched()` and `tickets()` sum
 //!   the shards any push has reached (`active`, set once per shard), and
-//!   [`flush`](Dispatcher::flush) takes every shard (`wait_all`, the
-//!   engine's closing), or one variable's (`wait_var`). A shard is marked
+//!   [`flush`](Dispatcher::flush) takes every active shard (`wait_all`,
+//!   the engine's closing), or one variable's (`wait_var`). A shard is marked
 //!   active before anything is submitted to it: when a variable is placed
 //!   in it (before the placement is published) or an operation with no
 //!   variables is sent to it (`Core::placing`).
@@ -154,9 +154,9 @@ const NO_OWNER: u32 = u32::MAX;
 pub(crate) const SHARD_BITS: u32 = SHARDS.trailing_zeros();
 
 /// Every shard, as a mask.
-pub(crate) const ALL_SHARDS: u32 = if SHARDS == 32 { u32::MAX } else { (1 << SHARDS) - 1 };
+pub(crate) const ALL_SHARDS: u32 = (1 << SHARDS) - 1;
 
-const _: () = assert!(SHARDS.is_power_of_two() && SHARDS <= 32);
+const _: () = assert!(SHARDS.is_power_of_two() && SHARDS <= 16);
 
 /// The shard that counted the operation with ticket `ticket` dispatched
 /// (its lowest shard; module docs, "Shards").
@@ -314,9 +314,8 @@ impl Dispatcher {
         dispatch: &mut impl FnMut(u32, u64, usize),
     ) {
         let owners = self.take_waiting(oprs, mask, me, dispatch);
-        let (ticket, lowest) = self.next_ticket(mask);
-        let dispatched = &self.shards[lowest].counts.dispatched;
-        dispatched.store(dispatched.load(Ordering::Relaxed) + 1, Ordering::Release);
+        let (ticket, lowest) = self.next_ticket_across(mask);
+        self.shards[lowest].count_dispatched();
         dispatch(op, ticket, lowest);
         self.release(oprs, mask, owners, me, dispatch);
     }
@@ -358,14 +357,11 @@ impl Dispatcher {
         }
     }
 
-    /// The next ticket for an operation holding every shard of `mask`
-    /// (module docs, "Shards"), and its lowest shard. Combiner only.
-    #[inline(always)]
-    fn next_ticket(&self, mask: u32) -> (u64, usize) {
+    /// The next ticket for an operation holding every shard of `mask`,
+    /// several of them (module docs, "Shards"), and its lowest shard.
+    /// Combiner only.
+    fn next_ticket_across(&self, mask: u32) -> (u64, usize) {
         let lowest = mask.trailing_zeros() as usize;
-        if mask.is_power_of_two() {
-            return (self.shards[lowest].next_ticket(), lowest);
-        }
         let clock = shards_in(mask).map(|s| self.shards[s].counts.clock.load(Ordering::Relaxed)).max().unwrap_or(0);
         for s in shards_in(mask) {
             self.shards[s].counts.clock.store(clock + 1, Ordering::Relaxed);
@@ -417,9 +413,8 @@ impl Dispatcher {
         // `then` sees what came before the ticket whether it runs before
         // or after the stamp.
         let ticket = then().then(|| {
-            let (ticket, lowest) = self.next_ticket(mask);
-            let alone = &self.shards[lowest].counts.alone;
-            alone.store(alone.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            let (ticket, lowest) = self.next_ticket_across(mask);
+            self.shards[lowest].count_alone();
             ticket
         });
         self.release(oprs, mask, owners, me, &mut dispatch);
@@ -710,8 +705,7 @@ impl Shard {
         // Nothing else is linearized while we combine, so `then` sees what
         // came before the ticket whether it runs before or after the stamp.
         let ticket = then().then(|| {
-            let alone = &self.counts.alone;
-            alone.store(alone.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+            self.count_alone();
             self.next_ticket()
         });
         self.release(oprs, held, me, dispatch);
@@ -731,9 +725,24 @@ impl Shard {
     #[inline(always)]
     fn stamp(&self, op: u32, dispatch: &mut impl FnMut(u32, u64, usize)) {
         let ticket = self.next_ticket();
+        self.count_dispatched();
+        dispatch(op, ticket, self.counts.index as usize);
+    }
+
+    /// Counts an operation dispatched in this shard (its lowest).
+    /// Combiner only, like the clock.
+    #[inline(always)]
+    fn count_dispatched(&self) {
         let dispatched = self.counts.dispatched.load(Ordering::Relaxed);
         self.counts.dispatched.store(dispatched + 1, Ordering::Release);
-        dispatch(op, ticket, self.counts.index as usize);
+    }
+
+    /// Counts a ticket taken alone in this shard (its lowest). Combiner
+    /// only.
+    #[inline(always)]
+    fn count_alone(&self) {
+        let alone = self.counts.alone.load(Ordering::Relaxed);
+        self.counts.alone.store(alone + 1, Ordering::Relaxed);
     }
 
     /// Dispatches everything on the stack, oldest first; returns whether

@@ -38,6 +38,12 @@ const SHARD_MASK: u64 = ((1 << crate::base::tuning::SHARDS) - 1) << SHARD_SHIFT;
 const _: () =
     assert!(SHARD_SHIFT as usize + crate::base::tuning::SHARDS <= 32, "the shard bits stay under the generation");
 
+/// The shard bit a `life` word holds (0: not placed).
+#[inline(always)]
+fn placed_bit(life: u64) -> u32 {
+    ((life & SHARD_MASK) >> SHARD_SHIFT) as u32
+}
+
 /// A variable: a tag for some resource, cheap to create, copy and delete.
 ///
 /// Operations name the variables they read and write; the engine orders
@@ -112,14 +118,15 @@ impl VarSlot {
         &self.done.gpu
     }
 
-    /// Checks that `var`'s incarnation is alive and not being deleted.
-    #[inline]
-    pub(crate) fn check(&self, var: Var) -> Result<(), EngineError> {
+    /// Checks that `var`'s incarnation is alive and not being deleted;
+    /// returns the `life` word it read.
+    #[inline(always)]
+    fn check(&self, var: Var) -> Result<u64, EngineError> {
         let life = self.life.load(Ordering::Acquire);
         if (life >> 32) as u32 != var.gen || life & DELETE_REQUESTED != 0 {
             return Err(EngineError::DeletedVar);
         }
-        Ok(())
+        Ok(life)
     }
 
     /// Makes a slot just taken from the pool a fresh variable: version 0,
@@ -266,11 +273,7 @@ impl Variables {
             return Err(EngineError::ForeignVar);
         }
         let slot = self.slots.get(var.slot);
-        let life = slot.life.load(Ordering::Acquire);
-        if (life >> 32) as u32 != var.gen || life & DELETE_REQUESTED != 0 {
-            return Err(EngineError::DeletedVar);
-        }
-        let bit = ((life & SHARD_MASK) >> SHARD_SHIFT) as u32;
+        let bit = placed_bit(slot.check(var)?);
         Ok((slot, if bit != 0 { bit } else { 1 << Self::place(slot, home()) }))
     }
 
@@ -284,7 +287,7 @@ impl Variables {
     /// the variable placed.
     #[inline(always)]
     pub(crate) fn shard_of(&self, slot: &VarSlot, home: impl FnOnce() -> usize) -> usize {
-        let bit = (slot.life.load(Ordering::Acquire) & SHARD_MASK) >> SHARD_SHIFT;
+        let bit = placed_bit(slot.life.load(Ordering::Acquire));
         if bit != 0 {
             return bit.trailing_zeros() as usize;
         }
@@ -296,7 +299,7 @@ impl Variables {
     fn place(slot: &VarSlot, home: usize) -> usize {
         let mut life = slot.life.load(Ordering::Acquire);
         loop {
-            let bit = (life & SHARD_MASK) >> SHARD_SHIFT;
+            let bit = placed_bit(life);
             if bit != 0 {
                 return bit.trailing_zeros() as usize;
             }
@@ -396,7 +399,7 @@ mod tests {
         assert_eq!(vars.shard_of(slot, || home(3)), 3, "placed in the asker's home");
         assert_eq!(vars.slot_and_shard(v, || home(5)).map(|(_, bit)| bit), Ok(1 << 3), "placed once");
         assert_eq!(asked, 1, "the home is asked for only to place");
-        assert_eq!(slot.check(v), Ok(()));
+        assert_eq!(slot.check(v).map(drop), Ok(()));
         vars.request_delete(v).unwrap();
         assert_eq!(vars.shard_of(slot, || 9), 3, "a deletion's request keeps the shard");
         assert!(vars.slot_and_shard(v, || 9).is_err(), "the handle is being deleted");

@@ -31,6 +31,15 @@
 # the worker's spinning is counted too, so this figure moves by a few
 # instructions between runs; compare builds at more than that.
 #
+#   DIRECT=1 perf/instructions.sh chain   per_device+pusher's direct runs
+#
+# runs per_device with running on the pusher and one worker, with the
+# stint forced on (DEPENGINE_MAX_PENDING=16, DEPENGINE_INLINE_PACE_NS=1e9:
+# under valgrind the pace would otherwise end every stint), so that
+# almost every push runs its body inside the push with no block
+# (`core/direct_run.rs`), and divides the pushing thread's `measure_row`
+# by the operations pushed.
+#
 # Installs valgrind with apt when it is missing (scripts/apt_install.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -66,12 +75,20 @@ if [[ "${WORKER:-0}" == 1 ]]; then
     done
     exit 0
 fi
+engine=naive
+if [[ "${DIRECT:-0}" == 1 ]]; then
+    engine="per_device+pusher --threads 1"
+    export DEPENGINE_MAX_PENDING=16 DEPENGINE_INLINE_PACE_NS=1000000000
+fi
 printf '%-10s %12s\n' workload "instr/op"
 for w in "${@:-nodeps chain chains64 fanout random layered}"; do
     for one in $w; do
-        valgrind --tool=callgrind --callgrind-out-file="$out/$one" \
-            "$BIN" --no-probe --engines naive --workloads "$one" --w 0 --n "$N" --reps 1 >/dev/null 2>&1
-        total=$(callgrind_annotate --inclusive=yes "$out/$one" 2>/dev/null |
+        # shellcheck disable=SC2086 # $engine is the engine and its options
+        valgrind --tool=callgrind --fair-sched=yes --separate-threads=yes --callgrind-out-file="$out/$one" \
+            "$BIN" --no-probe --engines $engine --workloads "$one" --w 0 --n "$N" --reps 1 >/dev/null 2>&1
+        # The pushing thread's file: the largest (the worker's, if any, is idle).
+        main=$(ls -S "$out/$one"-* | head -1)
+        total=$(callgrind_annotate --inclusive=yes "$main" 2>/dev/null |
             grep -F "$FUNC" | grep -v '=>' | head -1 | awk '{gsub(",", "", $1); print $1}')
         if [[ -z "$total" ]]; then
             echo "perf/instructions.sh: no samples for $FUNC in $one" >&2

@@ -550,8 +550,9 @@ impl Core {
     fn schedule_list(&self, ready: ReadyList) {
         let mut op = ready.head;
         while op != NIL {
-            let next = self.oprs.get(op).link.load(Ordering::Relaxed);
-            self.schedule_ready(op, true);
+            let block = self.oprs.get(op);
+            let next = block.link.load(Ordering::Relaxed);
+            self.schedule_ready(op, block, true);
             op = next;
         }
     }
@@ -750,30 +751,23 @@ impl Core {
         // The pusher wrote the block last. Whoever takes `wait` to zero runs
         // it (most often this thread, next): start all its lines on their
         // way before the locked decrement waits for the first.
-        self.oprs.prefetch(op);
+        self.oprs.prefetch_value(block);
         if block.wait.fetch_sub(1, Ordering::AcqRel) == 1 {
             // SAFETY: taking `wait` to zero made us the block's owner.
             if unsafe { block.meta() }.profile_session != 0 {
                 self.observe.profiler.stamp_made_ready_by(block, by);
             }
-            self.schedule(op);
+            self.schedule_ready(op, block, false);
         }
     }
 
-    /// `op` is ready (made so by a completion).
+    /// `op` (its block `block`) is ready: wait markers and rejected
+    /// operations complete on the spot (engine code only, and the executor
+    /// may be stopping). An `Async` or `DeleteVar` operation found ready
+    /// `at_dispatch` runs here, on the dispatching thread, on executors
+    /// with the kAsync inline path. Everything else goes to the executor.
     #[inline]
-    pub(crate) fn schedule(&self, op: u32) {
-        self.schedule_ready(op, false);
-    }
-
-    /// `op` is ready: wait markers and rejected operations complete on the
-    /// spot (engine code only, and the executor may be stopping). An
-    /// `Async` or `DeleteVar` operation found ready `at_dispatch` runs here,
-    /// on the dispatching thread, on executors with the kAsync inline path.
-    /// Everything else goes to the executor.
-    #[inline]
-    fn schedule_ready(&self, op: u32, at_dispatch: bool) {
-        let block = self.oprs.get(op);
+    fn schedule_ready(&self, op: u32, block: &OprBlock, at_dispatch: bool) {
         // SAFETY: a ready block is owned by whoever schedules it (phase 3).
         let meta = unsafe { block.meta() };
         if meta.profile_session != 0 || self.observe.diagnosis.is_some() {

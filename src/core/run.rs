@@ -59,7 +59,7 @@ impl Core {
                 if self.waits.get(ws).deliver(error, None) {
                     self.waits.give(ws);
                 }
-                self.complete_and_finish(op, None);
+                self.complete_and_finish(op, block, None);
                 return;
             }
             OprKind::Hold(ws) => return self.run_hold(op, ws),
@@ -75,7 +75,7 @@ impl Core {
         }
         if let Some(failure) = self.inherited_failure(block, meta) {
             self.observe.stats.skipped();
-            self.complete_and_finish(op, Some(&failure));
+            self.complete_and_finish(op, block, Some(&failure));
             return;
         }
         let name = meta.opts.name;
@@ -85,7 +85,11 @@ impl Core {
             true => match self.gpu.before_body(self, block, meta) {
                 Ok(stream) => stream,
                 Err(e) => {
-                    self.complete_and_finish(op, Some(&OpError::new(name, format!("waiting for GPU work: {e}"))));
+                    self.complete_and_finish(
+                        op,
+                        block,
+                        Some(&OpError::new(name, format!("waiting for GPU work: {e}"))),
+                    );
                     return;
                 }
             },
@@ -102,7 +106,7 @@ impl Core {
         if !meta.is_async {
             let outcome = catch_unwind(AssertUnwindSafe(|| self.invoke(block, &ctx, None)));
             CURRENT_OP.with(|c| c.set(outer));
-            self.complete_and_finish(op, failure_of(name, outcome).as_ref());
+            self.complete_and_finish(op, block, failure_of(name, outcome).as_ref());
             return;
         }
         block.refs.store(2, Ordering::Relaxed);
@@ -141,7 +145,7 @@ impl Core {
             if self.waits.get(ws).deliver(Some(rejected.clone()), None) {
                 self.waits.give(ws);
             }
-            self.complete_and_finish(op, Some(&rejected));
+            self.complete_and_finish(op, block, Some(&rejected));
             return;
         }
         // SAFETY: the marker holds an access to its single variable.
@@ -345,12 +349,13 @@ impl Core {
         self.complete_async(op, Some("its Completion was dropped without being signalled".to_owned()));
     }
 
-    /// A synchronous end: complete, then finish, retiring the block and
-    /// the variable blocks the completion freed together.
+    /// A synchronous end of `op` (its block `block`): complete, then
+    /// finish, retiring the block and the variable blocks the completion
+    /// freed together.
     #[inline(never)]
-    fn complete_and_finish(&self, op: u32, failure: Option<&Arc<OpError>>) {
-        let freed = self.complete(op, failure);
-        self.finish(op, freed);
+    fn complete_and_finish(&self, op: u32, block: &OprBlock, failure: Option<&Arc<OpError>>) {
+        let freed = self.complete(block, failure);
+        self.finish(op, block, freed);
     }
 
     /// An asynchronous operation's completion (its block is finished by
@@ -358,16 +363,16 @@ impl Core {
     /// blocks the completion freed.
     #[inline(never)]
     fn complete_and_retire(&self, op: u32, failure: Option<&Arc<OpError>>) {
-        let freed = self.complete(op, failure);
+        let freed = self.complete(self.oprs.get(op), failure);
         self.retire_var_blocks(freed);
     }
 
-    /// Phase 4: records the outcome on the written variables and releases
-    /// every variable, granting (and scheduling) the operations next in line.
-    /// Returns the variable blocks it freed, for the caller to retire.
+    /// Phase 4, for the operation in `block`: records the outcome on the
+    /// written variables and releases every variable, granting (and
+    /// scheduling) the operations next in line. Returns the variable
+    /// blocks it freed, for the caller to retire.
     #[inline(always)]
-    fn complete(&self, op: u32, failure: Option<&Arc<OpError>>) -> SweepBatch {
-        let block = self.oprs.get(op);
+    fn complete(&self, block: &OprBlock, failure: Option<&Arc<OpError>>) -> SweepBatch {
         // SAFETY: the completer owns the block until `finish`; `meta` and
         // the variables are not written by anyone else meanwhile.
         let (meta, deps) = unsafe { (block.meta(), block.dep_slice()) };
@@ -460,15 +465,14 @@ impl Core {
     /// Drops an asynchronous block's reference; the last one finishes it.
     fn release(&self, op: u32) {
         if self.oprs.get(op).refs.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.finish(op, SweepBatch::EMPTY);
+            self.finish(op, self.oprs.get(op), SweepBatch::EMPTY);
         }
     }
 
-    /// Gives the block (and the variable blocks its completion `freed`)
-    /// back and counts the operation as finished.
+    /// Gives `op`'s block `block` (and the variable blocks its completion
+    /// `freed`) back and counts the operation as finished.
     #[inline(always)]
-    fn finish(&self, op: u32, freed: SweepBatch) {
-        let block = self.oprs.get(op);
+    fn finish(&self, op: u32, block: &OprBlock, freed: SweepBatch) {
         #[cfg(debug_assertions)]
         block.transition(op, crate::graph::opr::phase::RUNNING, crate::graph::opr::phase::FREE);
         if self.observe.diagnosis.is_some() {

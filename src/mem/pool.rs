@@ -514,7 +514,15 @@ impl<T: Pooled> Pool<T> {
     #[inline(always)]
     pub(crate) fn prefetch(&self, index: u32) {
         if self.prefetch && index != NIL && !cfg!(depengine_loom) {
-            crate::sync::prefetch_for_write(ptr::from_ref(self.get(index)).cast(), T::PREFETCH_LINES);
+            self.prefetch_value(self.get(index));
+        }
+    }
+
+    /// [`prefetch`](Self::prefetch) of a value already looked up.
+    #[inline(always)]
+    pub(crate) fn prefetch_value(&self, value: &T) {
+        if self.prefetch && !cfg!(depengine_loom) {
+            crate::sync::prefetch_for_write(ptr::from_ref(value).cast(), T::PREFETCH_LINES);
         }
     }
 

@@ -129,8 +129,8 @@ fn a_child_pushed_by_a_blocking_body_runs_on_another_worker() {
 }
 
 /// `wait_all` covers a push made by a completion's thread just before it
-/// signals, even while that push is still on the dispatcher's stack (a
-/// third thread combining): `wait_all` began before the push, so its
+/// signals, even while that push is still on its dispatch shard's stack
+/// (a third thread combining that shard): `wait_all` began before the push, so its
 /// flush of the dispatcher did not see it, and the parent's completion
 /// may bring the pending count to zero before the child is dispatched
 /// (mutant `wait_all_ignores_delegated_pushes`; the loom model
@@ -141,20 +141,30 @@ fn wait_all_covers_a_child_pushed_just_before_its_parent_completes() {
     for kind in [EngineKind::Naive, EngineKind::Pooled, EngineKind::PerDevice] {
         let engine = Arc::new(common::engine(kind));
         let stop = Arc::new(AtomicBool::new(false));
-        // Keeps the dispatcher busy, so that the child's push is often
-        // delegated to it.
+        // The child's variable. The busy thread pushes to it first, which
+        // places it in that thread's dispatch shard, so that the child's
+        // pushes meet the busy thread's combiner.
+        let child_var = engine.new_var();
+        let (placed, is_placed) = mpsc::channel::<()>();
+        // Keeps the shard's combiner busy, so that the child's push is
+        // often delegated to it: each of its pushes writes many variables,
+        // so its dispatch (the window in which a push waits on the stack)
+        // is long.
         let (e, st) = (engine.clone(), stop.clone());
         let busy = std::thread::spawn(move || {
-            let v = e.new_var();
+            e.push_sync(|_| {}, &[], &[child_var]).unwrap();
+            placed.send(()).unwrap();
+            let vars: Vec<_> = (0..32).map(|_| e.new_var()).collect();
             while !st.load(Ordering::Relaxed) {
-                e.push_sync(|_| {}, &[], &[v]).unwrap();
+                e.push_sync(|_| {}, &[], &vars).unwrap();
             }
         });
+        is_placed.recv().unwrap();
         let (to_signaller, jobs) = mpsc::channel::<(Completion, usize)>();
         let child_ran = Arc::new(AtomicUsize::new(0));
         let (e, c) = (engine.clone(), child_ran.clone());
         let signaller = std::thread::spawn(move || {
-            let v = e.new_var();
+            let v = child_var;
             for (done, round) in jobs {
                 let c = c.clone();
                 e.push_sync(move |_| c.store(round, Ordering::Release), &[], &[v]).unwrap();

@@ -57,25 +57,33 @@ fn a_push_while_workers_park_runs_without_a_wait() {
     }
 }
 
-/// Threads pushing at once hand pushes to each other through the
-/// dispatcher's stack. In each round every thread pushes one operation at
-/// the same moment and then, pushing nothing more, polls for its own
-/// operation's effect: a push left on the stack would stay there, since
-/// only a later push or a wait would drain it. The combiner that lets go
-/// re-checks the stack after a barrier that pairs with the delegating
-/// push's (mutants `dispatcher_release_without_recheck`,
-/// `dispatcher_delegation_without_heavy_barrier`).
+/// Threads pushing at once to variables of one dispatch shard hand pushes
+/// to each other through that shard's stack. In each round every thread
+/// pushes one operation at the same moment and then, pushing nothing more,
+/// polls for its own operation's effect: a push left on the stack would
+/// stay there, since only a later push or a wait would drain it. The
+/// combiner that lets go re-checks the stack after a barrier that pairs
+/// with the delegating push's (mutants `dispatcher_release_without_recheck`,
+/// `dispatcher_delegation_without_heavy_barrier`; their windows are a few
+/// instructions wide, and the loom models of `dispatch.rs` are what catch
+/// them).
 #[test]
 fn pushes_delegated_between_threads_run_without_a_wait() {
     const THREADS: usize = 3;
     const ROUNDS: u64 = 4_000;
     for (kind, engine) in parking_engines(2) {
+        // One variable per thread, all placed in this thread's dispatch
+        // shard by a first push from here, so that the threads' pushes
+        // meet one combiner (each thread's own first push would place its
+        // variable in a shard of its own).
+        let vars: Vec<_> = (0..THREADS).map(|_| engine.new_var()).collect();
+        engine.push_sync(|_| {}, &[], &vars).unwrap();
+        engine.wait_all().unwrap();
         let (engine, start) = (&engine, Barrier::new(THREADS));
         std::thread::scope(|s| {
-            for t in 0..THREADS {
+            for (t, &v) in vars.iter().enumerate() {
                 let start = &start;
                 s.spawn(move || {
-                    let v = engine.new_var();
                     let ran = Arc::new(AtomicU64::new(0));
                     for i in 1..=ROUNDS {
                         start.wait();

@@ -165,6 +165,11 @@ fn wait_all_covers_a_child_pushed_just_before_its_parent_completes() {
             let vars: Vec<_> = (0..32).map(|_| e.new_var()).collect();
             while !st.load(Ordering::Relaxed) {
                 e.push_sync(|_| {}, &[], &vars).unwrap();
+                // `wait_all` returns once nothing at all is pending: a
+                // thread pushing without pause held it off for seconds
+                // at a time. Waiting here lets the count reach zero
+                // between these pushes (and takes the combiner too).
+                e.wait_var(vars[0]).unwrap();
             }
         });
         is_placed.recv().unwrap();

@@ -499,8 +499,14 @@ impl Engine {
         waited
     }
 
-    /// Blocks until everything pushed so far has finished; returns the first
-    /// failure recorded since the previous `wait_all`.
+    /// Blocks until the engine is idle: everything pushed so far, and
+    /// whatever other threads push meanwhile, has finished. Returns the
+    /// first failure recorded since the previous `wait_all`.
+    ///
+    /// A thread that keeps pushing keeps this waiting for as long as it
+    /// pushes. To wait for particular operations while other threads push,
+    /// wait on their variables ([`wait_var`](Self::wait_var),
+    /// [`wait_to_write`](Self::wait_to_write)).
     pub fn wait_all(&self) -> Result<(), EngineError> {
         if self.core.would_deadlock(None) {
             return Err(EngineError::WaitWouldDeadlock);

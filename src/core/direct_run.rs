@@ -128,7 +128,7 @@ impl Core {
         }
         let me = crate::mem::thread_slot::current();
         grant.me = me;
-        let home = || self.placing(crate::graph::dispatch::home_shard(me));
+        let home = || self.placing(me);
         for (vars, mode) in [(writes, WRITE), (reads, READ)] {
             for &v in vars {
                 let Ok((_, shard)) = self.vars.slot_and_shard(v, home) else {

@@ -297,8 +297,7 @@ impl Core {
         };
         // The dispatch shards of the variables (`dispatch.rs`, "Shards");
         // a variable no push has placed yet is placed in this thread's.
-        let home = home_shard(me);
-        let place = || self.placing(home);
+        let place = || self.placing(me);
         let mut shards = 0u32;
         // SAFETY: the block was just taken: the pusher owns it (phase 1).
         let filled = unsafe {
@@ -375,11 +374,13 @@ impl Core {
         self.submit(op, shards, me)
     }
 
-    /// Marks dispatch shard `home` active, for a variable placed in it or
-    /// an operation with no variables sent to it; returns it. The
-    /// dispatcher's sums read only the active shards (`dispatch.rs`).
+    /// Marks the home shard of the thread holding slot `me` active, for a
+    /// variable placed in it or an operation with no variables sent to it;
+    /// returns it. The dispatcher's sums read only the active shards
+    /// (`dispatch.rs`).
     #[inline(always)]
-    pub(crate) fn placing(&self, home: usize) -> usize {
+    pub(crate) fn placing(&self, me: Option<usize>) -> usize {
+        let home = home_shard(me);
         self.dispatcher.activate(1 << home);
         home
     }
@@ -498,7 +499,7 @@ impl Core {
         self.flush_bulk()?;
         self.life.check_open()?;
         let mut after_close = false;
-        let ticket = self.take_ticket(me, 1 << self.placing(home_shard(me)), || {
+        let ticket = self.take_ticket(me, 1 << self.placing(me), || {
             after_close = self.life.is_closing();
             true
         });

@@ -88,9 +88,7 @@ impl Core {
         // look, so the queue's answer holds until we have read the value's
         // failure.
         // The variable's shard (placed now if nothing has placed it yet).
-        let shard = self
-            .vars
-            .shard_of(slot, || self.placing(crate::graph::dispatch::home_shard(crate::mem::thread_slot::current())));
+        let shard = self.vars.shard_of(slot, || self.placing(crate::mem::thread_slot::current()));
         self.flush_shards(1 << shard, |_| {
             if self.life.is_closing() || !slot.dispatchable(var.gen) {
                 return;

@@ -326,13 +326,19 @@ impl Core {
                     return Ok(());
                 }
                 // Two loops, not one over both lists: the compiler keeps
-                // each tight (perf/instructions.sh).
+                // each tight (perf/instructions.sh). Each variable's
+                // append lines start on their way here now, while the
+                // block is filled (`VarQueue::prefetch_for_append`).
                 for &v in writes {
-                    shards |= self.vars.slot_and_shard(v, place)?.1;
+                    let (slot, shard) = self.vars.slot_and_shard(v, place)?;
+                    slot.queue().prefetch_for_append(&self.blocks, true);
+                    shards |= shard;
                     deps.add(Dep::new(v.slot, v.gen, WRITE));
                 }
                 for &v in reads {
-                    shards |= self.vars.slot_and_shard(v, place)?.1;
+                    let (slot, shard) = self.vars.slot_and_shard(v, place)?;
+                    slot.queue().prefetch_for_append(&self.blocks, false);
+                    shards |= shard;
                     deps.add(Dep::new(v.slot, v.gen, READ));
                 }
                 Ok(())

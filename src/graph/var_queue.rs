@@ -576,6 +576,32 @@ impl<'a> VarQueue<'a> {
         self.sentinel(blocks).1 == IDLE && self.head.readers.load(Ordering::Acquire) == 0
     }
 
+    /// Starts bringing the lines the next append reads and writes into
+    /// this core's cache for writing: the sentinel block, which the
+    /// appender's own line names, and for a read the granter's half (a
+    /// read that starts at once counts itself there). A hint, for a pusher
+    /// that appends a little later ("Who pays for a line", module docs):
+    /// any thread may call it, and a stale sentinel or `queued_last` only
+    /// prefetches a line that is not needed (pool memory outlives the
+    /// index).
+    #[inline(always)]
+    pub(crate) fn prefetch_for_append(self, blocks: &Pool<VarBlock>, write: bool) {
+        if cfg!(depengine_loom) {
+            return;
+        }
+        let sentinel = self.tail.sentinel.load(Ordering::Relaxed);
+        if sentinel != NIL {
+            crate::sync::prefetch_for_write(std::ptr::from_ref(blocks.get(sentinel)).cast(), 1);
+        }
+        // The granter's half only where the last access started at once
+        // (nothing queued since, as far as the appender knows): where it
+        // queued, the read most likely queues too and never touches the
+        // line, which the worker is still using.
+        if !write && self.tail.queued_last.load(Ordering::Relaxed) == NIL {
+            crate::sync::prefetch_for_write(std::ptr::from_ref(self.head).cast(), 1);
+        }
+    }
+
     /// The sentinel's index and the status it holds now (acquire). The
     /// sentinel is appender-owned: the answer holds only for the appender,
     /// or for anyone once no thread appends.

@@ -162,15 +162,29 @@ impl Core {
             // SAFETY: we are the combiner, the queues' only appender.
             if !slot.dispatchable(d.gen) || !unsafe { slot.queue().grant_at_once(&self.blocks, d.writes()) } {
                 // SAFETY: we hold exactly the accesses granted so far, and
-                // nothing was queued behind them (we still append alone):
-                // releasing them unrecorded leaves each queue as we found
-                // it, and grants nobody.
-                let freed = unsafe { self.release_vars(deps[..i].iter().copied(), false, false, None, 0) };
-                self.retire_var_blocks(freed);
+                // nothing was queued behind them (we still append alone).
+                unsafe { self.ungrant(&deps[..i]) };
                 return false;
             }
         }
         true
+    }
+
+    /// Gives back the accesses `deps` of a grant that another variable
+    /// refused. Out of line: in line, it made the grant's loop too large
+    /// for its closure to be inlined into the combiner's pass (a call a
+    /// direct run).
+    ///
+    /// # Safety
+    /// The caller, as the combiner, holds exactly these accesses, with
+    /// nothing queued behind them: releasing them unrecorded leaves each
+    /// queue as it was found, and grants nobody.
+    #[cold]
+    #[inline(never)]
+    unsafe fn ungrant(&self, deps: &[Dep]) {
+        // SAFETY: per the contract.
+        let freed = unsafe { self.release_vars(deps.iter().copied(), false, false, None, 0) };
+        self.retire_var_blocks(freed);
     }
 
     /// As the combiner, if this thread can become it at once, releases

@@ -104,7 +104,7 @@ pub(crate) const NIL: u32 = u32::MAX;
 const INDEX_LIMIT: u32 = NIL - 1;
 
 /// Slots in segment 0. Small under loom so that models stay small.
-const SEGMENT_BASE: u32 = if cfg!(depengine_loom) { 2 } else { 64 };
+pub(crate) const SEGMENT_BASE: u32 = if cfg!(depengine_loom) { 2 } else { 64 };
 
 /// Segments `0..SEGMENTS` cover more than `u32::MAX - 1` indices at base 64.
 pub(crate) const SEGMENTS: usize = if cfg!(depengine_loom) { 8 } else { 26 };

@@ -44,7 +44,7 @@
 //! as the round had words, so that a set with nothing in it costs at most
 //! about one word per take.
 
-use crate::mem::pool::{segment_len, segment_of, segment_start, Pool, Pooled, SEGMENTS};
+use crate::mem::pool::{segment_len, segment_of, segment_start, Pool, Pooled, SEGMENTS, SEGMENT_BASE};
 use crate::sync::{AtomicPtr, AtomicU64, Ordering};
 use std::ptr;
 
@@ -63,6 +63,20 @@ fn bit_of(index: u32) -> (usize, usize, u32) {
     let seg = segment_of(index);
     let offset = index - segment_start(seg);
     (seg, (offset / WORD_BITS) as usize, offset % WORD_BITS)
+}
+
+/// The first index of the word that holds `index`'s bit. Where segments
+/// start on word boundaries (every build but loom's, whose segments are
+/// small), that is `index` with its bit cleared: no segment to find, which
+/// takes a logarithm.
+#[inline(always)]
+fn word_start(index: u32) -> u32 {
+    if SEGMENT_BASE.is_multiple_of(WORD_BITS) {
+        index & !(WORD_BITS - 1)
+    } else {
+        let (seg, word, _) = bit_of(index);
+        index_of(seg, word, 0)
+    }
 }
 
 /// The index of bit `bit` of word `word` of segment `seg`.
@@ -159,8 +173,10 @@ impl Drop for SweepSet {
 #[derive(Debug, Clone, Copy)]
 #[must_use = "a batch holds indices until it is flushed"]
 pub(crate) struct SweepBatch {
-    seg: u32,
-    word: u32,
+    /// The first index of the word ([`word_start`]): one compare tells
+    /// whether another batch is of the same word.
+    first: u32,
+    /// Bit `i`: index `first + i`.
     mask: u64,
 }
 
@@ -172,14 +188,14 @@ impl Default for SweepBatch {
 
 impl SweepBatch {
     /// A batch with nothing in it.
-    pub(crate) const EMPTY: SweepBatch = SweepBatch { seg: 0, word: 0, mask: 0 };
+    pub(crate) const EMPTY: SweepBatch = SweepBatch { first: 0, mask: 0 };
 
     /// Gives up `index` (the caller's own) into the batch.
     #[inline]
     pub(crate) fn add<T: Pooled>(&mut self, pool: &Pool<T>, index: u32) {
         pool.mark_owned(index, false);
-        let (seg, word, bit) = bit_of(index);
-        self.append(pool, SweepBatch { seg: seg as u32, word: word as u32, mask: 1 << bit });
+        let first = word_start(index);
+        self.append(pool, SweepBatch { first, mask: 1 << (index - first) });
     }
 
     /// Moves `other`'s indices into this batch; flushes this one's first
@@ -189,11 +205,10 @@ impl SweepBatch {
         if other.mask == 0 {
             return;
         }
-        if self.mask != 0 && (self.seg, self.word) != (other.seg, other.word) {
+        if self.mask != 0 && self.first != other.first {
             self.flush(pool);
         }
-        self.seg = other.seg;
-        self.word = other.word;
+        self.first = other.first;
         self.mask |= other.mask;
     }
 
@@ -207,7 +222,8 @@ impl SweepBatch {
     #[inline]
     pub(crate) fn flush<T: Pooled>(&mut self, pool: &Pool<T>) {
         if self.mask != 0 {
-            pool.swept().word(self.seg as usize, self.word as usize).fetch_or(self.mask, Ordering::Release);
+            let (seg, word, _) = bit_of(self.first);
+            pool.swept().word(seg, word).fetch_or(self.mask, Ordering::Release);
             self.mask = 0;
         }
     }
@@ -289,7 +305,7 @@ impl SweepCache {
         // The bits left are of the claimed word and still free (`take`
         // marks an index owned only as it hands it out): they go back as
         // they came, with one `fetch_or`.
-        let mut rest = SweepBatch { seg: self.seg as u32, word: self.word as u32, mask: self.bits };
+        let mut rest = SweepBatch { first: index_of(self.seg, self.word, 0), mask: self.bits };
         self.bits = 0;
         rest.flush(pool);
     }
@@ -316,6 +332,7 @@ mod tests {
             let (seg, word, bit) = bit_of(i);
             assert!(word < words_in(seg));
             assert_eq!(index_of(seg, word, bit), i);
+            assert_eq!(word_start(i), index_of(seg, word, 0), "index {i}");
             assert!(seen.insert((seg, word, bit)));
         }
     }

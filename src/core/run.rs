@@ -445,6 +445,7 @@ impl Core {
                     slot.queue().complete_read(&self.blocks)
                 }
             };
+            granted.gather_into(std::mem::take(&mut freed));
             for next in granted.by_ref() {
                 self.grant(next, ticket);
             }
@@ -453,7 +454,7 @@ impl Core {
             // the pusher wrote, start on their way here, a whole operation
             // before `grant`'s decrement would wait for them.
             self.oprs.prefetch(granted.behind());
-            freed.append(&self.blocks, granted.take_freed());
+            freed = granted.take_freed();
             if deletes {
                 // The deletion held the variable's last access.
                 self.vars.free(d.slot(), &self.blocks);

@@ -179,6 +179,16 @@ impl<'a> Granted<'a> {
     pub(crate) fn take_freed(&mut self) -> SweepBatch {
         std::mem::take(&mut self.freed)
     }
+
+    /// Collects the granted blocks into `batch` (the caller's, to be taken
+    /// back with [`take_freed`](Self::take_freed)) instead of a batch of
+    /// its own: a completion of several variables keeps one batch, with
+    /// no merge per variable. Before the first grant.
+    #[inline(always)]
+    pub(crate) fn gather_into(&mut self, batch: SweepBatch) {
+        debug_assert!(self.freed.is_empty());
+        self.freed = batch;
+    }
 }
 
 impl Iterator for Granted<'_> {

@@ -470,8 +470,9 @@ impl Core {
 
     /// Drops an asynchronous block's reference; the last one finishes it.
     fn release(&self, op: u32) {
-        if self.oprs.get(op).refs.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.finish(op, self.oprs.get(op), SweepBatch::EMPTY);
+        let block = self.oprs.get(op);
+        if block.refs.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.finish(op, block, SweepBatch::EMPTY);
         }
     }
 

@@ -40,10 +40,22 @@
 # (`core/direct_run.rs`), and divides the pushing thread's `measure_row`
 # by the operations pushed.
 #
+#   PUSHER=1 perf/instructions.sh random   per_device's pushing thread
+#
+# runs per_device (the default engine, running on the pusher off) with one
+# worker, and divides the pushing thread's `Workload::push_all` (every
+# push of the row, the harness's ~80 instructions a push included, and
+# the rare hold at the pending cap) by the operations pushed: the queued
+# push as the default engine's pusher runs it, route, block, dispatch and
+# hand-off to the worker, with nothing of the run or completion.
+#
 # Installs valgrind with apt when it is missing (scripts/apt_install.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N="${N:-100000}"
+if [[ "${PUSHER:-0}" == 1 ]]; then
+    FUNC="${FUNC:-depengine_perf::workloads::Workload::push_all}"
+fi
 FUNC="${FUNC:-depengine_perf::measure_row}"
 command -v valgrind >/dev/null || scripts/apt_install.sh valgrind
 if [[ -z "${BIN:-}" ]]; then
@@ -79,6 +91,8 @@ engine=naive
 if [[ "${DIRECT:-0}" == 1 ]]; then
     engine="per_device+pusher --threads 1"
     export DEPENGINE_MAX_PENDING=16 DEPENGINE_INLINE_PACE_NS=1000000000
+elif [[ "${PUSHER:-0}" == 1 ]]; then
+    engine="per_device --threads 1"
 fi
 printf '%-10s %12s\n' workload "instr/op"
 for w in "${@:-nodeps chain chains64 fanout random layered}"; do
@@ -86,10 +100,14 @@ for w in "${@:-nodeps chain chains64 fanout random layered}"; do
         # shellcheck disable=SC2086 # $engine is the engine and its options
         valgrind --tool=callgrind --fair-sched=yes --separate-threads=yes --callgrind-out-file="$out/$one" \
             "$BIN" --no-probe --engines $engine --workloads "$one" --w 0 --n "$N" --reps 1 >/dev/null 2>&1
-        # The pushing thread's file: the largest (the worker's, if any, is idle).
-        main=$(ls -S "$out/$one"-* | head -1)
-        total=$(callgrind_annotate --inclusive=yes "$main" 2>/dev/null |
-            grep -F "$FUNC" | grep -v '=>' | head -1 | awk '{gsub(",", "", $1); print $1}')
+        # The pushing thread's file: the one whose count of $FUNC is the
+        # largest (a worker's runs none of it).
+        total=""
+        for f in "$out/$one"-*; do
+            t=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null |
+                grep -F "$FUNC" | grep -v '=>' | head -1 | awk '{gsub(",", "", $1); print $1}' || true)
+            if [[ -n "$t" && ( -z "$total" || "$t" -gt "$total" ) ]]; then total=$t; fi
+        done
         if [[ -z "$total" ]]; then
             echo "perf/instructions.sh: no samples for $FUNC in $one" >&2
             exit 1

@@ -380,8 +380,8 @@ impl Dispatcher {
     /// thread is combining one of them (the caller queues its operation
     /// instead of waiting), and `then` did not run; or `then` returned
     /// `false`: no ticket was taken (the caller pushes its operation the
-    /// usual way).
-    #[inline]
+    /// usual way). In line, as `Core::take_ticket`.
+    #[inline(always)]
     pub(crate) fn take_ticket(
         &self,
         oprs: &Pool<OprBlock>,

@@ -240,6 +240,9 @@ pub(crate) struct SweepCache {
     word: usize,
     /// Its bits not handed out yet.
     bits: u64,
+    /// The index of its bit 0 (`index_of(seg, word, 0)`, computed once
+    /// per claim rather than per take).
+    first: u32,
     /// Takes left that go to the pool after a round found nothing.
     from_pool: usize,
 }
@@ -253,12 +256,11 @@ impl SweepCache {
         if self.bits == 0 && !self.claim(pool) {
             return pool.take();
         }
-        let bit = self.bits.trailing_zeros();
+        let index = self.first + self.bits.trailing_zeros();
         self.bits &= self.bits - 1;
-        let index = index_of(self.seg, self.word, bit);
         pool.mark_owned(index, true);
         if self.bits != 0 {
-            pool.prefetch(index_of(self.seg, self.word, self.bits.trailing_zeros()));
+            pool.prefetch(self.first + self.bits.trailing_zeros());
         }
         index
     }
@@ -287,6 +289,7 @@ impl SweepCache {
             if let Some(word) = pool.swept().word_if_any(self.seg, self.word) {
                 self.bits = word.swap(0, Ordering::Acquire);
                 if self.bits != 0 {
+                    self.first = index_of(self.seg, self.word, 0);
                     return true;
                 }
             }
@@ -305,7 +308,7 @@ impl SweepCache {
         // The bits left are of the claimed word and still free (`take`
         // marks an index owned only as it hands it out): they go back as
         // they came, with one `fetch_or`.
-        let mut rest = SweepBatch { first: index_of(self.seg, self.word, 0), mask: self.bits };
+        let mut rest = SweepBatch { first: self.first, mask: self.bits };
         self.bits = 0;
         rest.flush(pool);
     }

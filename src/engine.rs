@@ -270,7 +270,9 @@ impl Engine {
             self.core.drop_user_value(body);
             return Err(e);
         }
-        let mut grant = DirectGrant::default();
+        // Filled only by a direct route: a push that runs no stint does not
+        // set the grant up.
+        let mut grant: Option<DirectGrant<'_>> = None;
         let route = match self.core.route(reads, writes, &opts, &mut grant) {
             Ok(route) => route,
             Err(e) => {
@@ -284,7 +286,8 @@ impl Engine {
                 return Ok(());
             }
             Route::Direct => {
-                self.core.run_direct(&grant, &opts, |ctx| body(ctx).into_outcome());
+                let grant = grant.as_ref().expect("a direct route fills its grant");
+                self.core.run_direct(grant, &opts, |ctx| body(ctx).into_outcome());
                 return Ok(());
             }
             Route::Bulk => match crate::core::bulk::add(&self.core, InlineFn::new_sync(body), reads, writes, &opts)? {

@@ -50,7 +50,7 @@ use crate::base::error::EngineError;
 use crate::core::run::failure_of;
 use crate::core::{Core, CURRENT_OP, DIRECT, DIRECT_DEPS};
 use crate::graph::opr::{merge, Dep, INLINE_VARS, READ, WRITE};
-use crate::graph::var::Var;
+use crate::graph::var::{Var, VarSlot};
 use crate::mem::inline_fn::Outcome;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -63,8 +63,12 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 /// Its variables are at most [`INLINE_VARS`] (`direct_grant` takes no
 /// more), so they need none of a block's [`DepList`](crate::graph::opr::DepList)
 /// but its inline array: nothing to spill, set up or drop on every push.
+///
+/// Each variable's slot is resolved once, by the push's check, and kept
+/// beside its entry: the grant, the run's records and the release use it
+/// instead of looking the variable up again.
 #[derive(Default)]
-pub(crate) struct DirectGrant {
+pub(crate) struct DirectGrant<'a> {
     ticket: u64,
     /// The dispatch shards of its variables.
     shards: u32,
@@ -72,16 +76,20 @@ pub(crate) struct DirectGrant {
     me: Option<usize>,
     len: usize,
     deps: [Dep; INLINE_VARS],
+    /// `slots[i]`: the slot of `deps[i]`'s variable.
+    slots: [Option<&'a VarSlot>; INLINE_VARS],
 }
 
-impl DirectGrant {
-    /// Adds `dep`, merged with an earlier entry for the same variable, as
-    /// `DepList::add` does. The caller adds at most `INLINE_VARS`.
+impl<'a> DirectGrant<'a> {
+    /// Adds `dep`, whose variable's slot is `slot`, merged with an earlier
+    /// entry for the same variable, as `DepList::add` does. The caller adds
+    /// at most `INLINE_VARS`.
     #[inline(always)]
-    fn add(&mut self, dep: Dep) {
+    fn add(&mut self, dep: Dep, slot: &'a VarSlot) {
         let len = self.len;
         if !merge(&mut self.deps[..len], dep) {
             self.deps[len] = dep;
+            self.slots[len] = Some(slot);
             self.len = len + 1;
         }
     }
@@ -91,17 +99,24 @@ impl DirectGrant {
     fn deps(&self) -> &[Dep] {
         &self.deps[..self.len]
     }
+
+    /// The variables added, each once, with their slots.
+    #[inline(always)]
+    fn deps_and_slots(&self) -> impl Iterator<Item = (Dep, &'a VarSlot)> + '_ {
+        let len = self.len;
+        self.deps[..len].iter().zip(&self.slots[..len]).map(|(&d, s)| (d, s.expect("filled with its entry")))
+    }
 }
 
 impl Core {
     /// Grants a synchronous push its variables at once and takes its
-    /// ticket, into `grant` (fresh), if it may run directly now (module
-    /// docs). `Ok(false)`: push it the usual way (which also reports an
-    /// invalid variable).
+    /// ticket, into `grant` (set up here, only for a push a stint takes),
+    /// if it may run directly now (module docs). `Ok(false)`: push it the
+    /// usual way (which also reports an invalid variable).
     #[inline(always)]
-    pub(crate) fn direct_grant(
-        &self,
-        grant: &mut DirectGrant,
+    pub(crate) fn direct_grant<'a>(
+        &'a self,
+        grant: &mut Option<DirectGrant<'a>>,
         reads: &[Var],
         writes: &[Var],
         opts: &PushOpts,
@@ -109,14 +124,19 @@ impl Core {
         if !self.stint_takes(opts) || reads.len() + writes.len() > INLINE_VARS {
             return Ok(false);
         }
-        self.direct_grant_now(grant, reads, writes)
+        self.direct_grant_now(grant.insert(DirectGrant::default()), reads, writes)
     }
 
     /// [`direct_grant`](Self::direct_grant) past its first checks, out of
     /// line: a push that no stint takes (every push of the default
     /// engine) pays only those checks, not this call's frame.
     #[inline(never)]
-    fn direct_grant_now(&self, grant: &mut DirectGrant, reads: &[Var], writes: &[Var]) -> Result<bool, EngineError> {
+    fn direct_grant_now<'a>(
+        &'a self,
+        grant: &mut DirectGrant<'a>,
+        reads: &[Var],
+        writes: &[Var],
+    ) -> Result<bool, EngineError> {
         if !self.may_run_ready_here() {
             return Ok(false);
         }
@@ -131,17 +151,17 @@ impl Core {
         let home = || self.placing(me);
         for (vars, mode) in [(writes, WRITE), (reads, READ)] {
             for &v in vars {
-                let Ok((_, shard)) = self.vars.slot_and_shard(v, home) else {
+                let Ok((slot, shard)) = self.vars.slot_and_shard(v, home) else {
                     return Ok(false);
                 };
                 grant.shards |= shard;
-                grant.add(Dep::new(v.slot, v.gen, mode));
+                grant.add(Dep::new(v.slot, v.gen, mode), slot);
             }
         }
         // Keep this thread's order: its bulked pushes go first.
         crate::core::bulk::flush_for(self)?;
         self.life.check_open()?;
-        match self.take_ticket(me, grant.shards, || self.grant_at_once(grant.deps())) {
+        match self.take_ticket(me, grant.shards, || self.grant_at_once(grant)) {
             Some(ticket) => {
                 grant.ticket = ticket;
                 Ok(true)
@@ -153,17 +173,16 @@ impl Core {
     /// Step 1 of the module docs, as the combiner: whether every variable
     /// granted its access at once (else none holds one).
     #[inline(always)]
-    fn grant_at_once(&self, deps: &[Dep]) -> bool {
+    fn grant_at_once(&self, grant: &DirectGrant<'_>) -> bool {
         if self.life.is_closing() {
             return false;
         }
-        for (i, d) in deps.iter().enumerate() {
-            let slot = self.vars.get(d.slot());
+        for (i, (d, slot)) in grant.deps_and_slots().enumerate() {
             // SAFETY: we are the combiner, the queues' only appender.
             if !slot.dispatchable(d.gen) || !unsafe { slot.queue().grant_at_once(&self.blocks, d.writes()) } {
                 // SAFETY: we hold exactly the accesses granted so far, and
                 // nothing was queued behind them (we still append alone).
-                unsafe { self.ungrant(&deps[..i]) };
+                unsafe { self.ungrant(&grant.deps()[..i]) };
                 return false;
             }
         }
@@ -191,13 +210,12 @@ impl Core {
     /// each of `deps` that nothing waits behind with plain stores
     /// (`VarQueue::release_at_once`), setting bit `i` of `released` for
     /// `deps[i]`.
-    fn release_at_once(&self, grant: &DirectGrant, released: &mut u32) {
-        let deps = grant.deps();
+    fn release_at_once(&self, grant: &DirectGrant<'_>, released: &mut u32) {
         self.take_ticket(grant.me, grant.shards, || {
-            for (i, d) in deps.iter().enumerate() {
+            for (i, (d, slot)) in grant.deps_and_slots().enumerate() {
                 // SAFETY: we are the combiner (the queues' only appender),
                 // and the caller's grant holds this access, not completed.
-                if unsafe { self.vars.get(d.slot()).queue().release_at_once(&self.blocks, d.writes()) } {
+                if unsafe { slot.queue().release_at_once(&self.blocks, d.writes()) } {
                     *released |= 1 << i;
                 }
             }
@@ -208,7 +226,12 @@ impl Core {
     /// Runs a push granted by [`direct_grant`](Self::direct_grant) (steps
     /// 2 and 3 of the module docs).
     #[inline(always)]
-    pub(crate) fn run_direct(&self, grant: &DirectGrant, opts: &PushOpts, body: impl FnOnce(&RunContext) -> Outcome) {
+    pub(crate) fn run_direct(
+        &self,
+        grant: &DirectGrant<'_>,
+        opts: &PushOpts,
+        body: impl FnOnce(&RunContext) -> Outcome,
+    ) {
         let (ticket, deps) = (grant.ticket, grant.deps());
         // SAFETY: the grant holds every access in `deps`.
         let skipped = unsafe { self.skip_failure(true, opts, deps) };
@@ -232,9 +255,9 @@ impl Core {
         if let Some(failure) = &failure {
             self.record_failure(failure);
         }
-        for d in deps.iter().filter(|d| d.writes()) {
+        for (_, slot) in grant.deps_and_slots().filter(|(d, _)| d.writes()) {
             // SAFETY: the grant holds this write.
-            unsafe { self.vars.get(d.slot()).finish_write(failure.as_ref(), &self.vars.failures_held) };
+            unsafe { slot.finish_write(failure.as_ref(), &self.vars.failures_held) };
         }
         // As the combiner, release at once each access that nothing waits
         // behind: plain stores, where completing it the usual way takes a
@@ -247,10 +270,10 @@ impl Core {
         if locked >= 2 {
             self.release_at_once(grant, &mut released);
         }
-        let rest = deps.iter().enumerate().filter(|&(i, _)| released & (1 << i) == 0).map(|(_, &d)| d);
+        let rest = grant.deps_and_slots().enumerate().filter(|&(i, _)| released & (1 << i) == 0).map(|(_, d)| d);
         // SAFETY: the grant holds exactly these accesses, the others
         // released above; each released once. The outcome is recorded.
-        let freed = unsafe { self.release_vars(rest, false, false, None, ticket) };
+        let freed = unsafe { self.release_slots(rest, false, false, None, ticket) };
         self.retire_var_blocks(freed);
         // The stint's pace, after the release: its stores then wait for
         // no locked instruction of the release.

@@ -38,15 +38,16 @@ pub(crate) enum Route {
 
 impl Core {
     /// Where a synchronous push with `opts` that reads `reads` and writes
-    /// `writes` goes; a direct run's grant is filled into `grant` (fresh).
+    /// `writes` goes; a direct run's grant is filled into `grant` (`None`
+    /// until then).
     /// An error refuses the push (its body is dropped unrun by the caller).
     #[inline(always)]
-    pub(crate) fn route(
-        &self,
+    pub(crate) fn route<'a>(
+        &'a self,
         reads: &[Var],
         writes: &[Var],
         opts: &PushOpts,
-        grant: &mut DirectGrant,
+        grant: &mut Option<DirectGrant<'a>>,
     ) -> Result<Route, EngineError> {
         if crate::core::bulk::wants(opts) {
             return Ok(Route::Bulk);

@@ -26,6 +26,7 @@ use crate::core::{Core, UnqueuedTicket, CURRENT_OP, PUSHED_AT_SHUTDOWN, UNQUEUED
 use crate::graph::dispatch::shard_of_ticket;
 use crate::graph::operator::OperatorBody;
 use crate::graph::opr::{Body, Dep, Meta, OprBlock, OprKind};
+use crate::graph::var::VarSlot;
 use crate::mem::completion::{Completion, CompletionSink};
 use crate::mem::inline_fn::{InlineFn, Outcome};
 use crate::mem::sweep::SweepBatch;
@@ -432,9 +433,29 @@ impl Core {
         failure: Option<&Arc<OpError>>,
         ticket: u64,
     ) -> SweepBatch {
+        // SAFETY: the caller's contract.
+        unsafe {
+            self.release_slots(deps.map(|d| (d, self.vars.get(d.slot()))), changes_values, deletes, failure, ticket)
+        }
+    }
+
+    /// [`release_vars`](Self::release_vars) for accesses whose slots the
+    /// caller has resolved: each `(dep, slot)` names `dep`'s variable's
+    /// slot.
+    ///
+    /// # Safety
+    /// As for [`release_vars`](Self::release_vars).
+    #[inline(always)]
+    pub(crate) unsafe fn release_slots<'a>(
+        &'a self,
+        deps: impl Iterator<Item = (Dep, &'a VarSlot)>,
+        changes_values: bool,
+        deletes: bool,
+        failure: Option<&Arc<OpError>>,
+        ticket: u64,
+    ) -> SweepBatch {
         let mut freed = SweepBatch::EMPTY;
-        for d in deps {
-            let slot = self.vars.get(d.slot());
+        for (d, slot) in deps {
             // SAFETY: the caller holds exactly this access (so the write
             // grant while recording) and releases it once. Whoever is
             // granted next on this variable sees the recorded outcome; an

@@ -17,14 +17,16 @@ use std::time::Duration;
 
 /// A stint's low water is the cap over this (at least 1): deep enough to
 /// keep the workers busy, shallow enough that a stint's next pushes find
-/// their variables free (perf/journal/2026-11-27.md, ninth session).
+/// their variables free (perf/journal/2026-11-27.md, "stints, tiny
+/// operations with variables run by their pushers").
 pub(crate) const LOW_WATER_DIVISOR: u64 = 16;
 
 /// With running on the pusher, pushes with no variables that reached the
 /// cap go on running unqueued down to the cap over this: half the cap
 /// still queued keeps the workers busy, while each run saves a hand-off
-/// (`nodeps` W=0 0.78–0.80 of its time; perf/journal/2026-11-27.md, sixth
-/// session).
+/// (`nodeps` W=0 0.78–0.80 of its time; perf/journal/2026-11-27.md, "a
+/// pusher that reached the cap runs bodies without variables down to half
+/// of it").
 pub(crate) const UNQUEUED_DOWN_TO_DIVISOR: u64 = 2;
 
 /// A throttled pusher that sleeps wakes when the cap over this has
@@ -62,8 +64,9 @@ pub(crate) const RATE_SPAN_RESTART: Duration = Duration::from_millis(1);
 
 /// Operations the workers finish faster than this are *short*: the
 /// dispatcher then sends a waiting read's line to the shared cache
-/// (perf/journal/2026-11-27.md, third session; W=0 rows drain at 100–250
-/// ns an operation, W=1000 rows at 800–1,500).
+/// (perf/journal/2026-11-27.md, "a waiting read's line sent to the shared
+/// cache"; W=0 rows drain at 100–250 ns an operation, W=1000 rows at
+/// 800–1,500).
 pub(crate) const SHORT_OP: Duration = Duration::from_nanos(400);
 
 // ----- stints (pushers running what their pushes make ready; pusher_runs.rs)
@@ -86,7 +89,8 @@ pub(crate) const SLOW_ENDS: u32 = 8;
 /// Probe only where a thread's queued pushes come quicker than this many
 /// inline paces: slower, the bodies are long enough that one thread loses
 /// to two, and probes cost about 1 % of a W=1000 row for nothing
-/// (perf/journal/2026-11-27.md, ninth session).
+/// (perf/journal/2026-11-27.md, "stints, tiny operations with variables
+/// run by their pushers").
 pub(crate) const PROBE_PACES: u32 = 8;
 
 /// The longest a probe waits for the pending count to drain: other
@@ -99,7 +103,8 @@ pub(crate) const PROBE_WAIT: Duration = Duration::from_millis(5);
 pub(crate) const MARGIN: u64 = 8;
 
 /// A stint ends at once when its pace is this many times the limit: it is
-/// losing, not interrupted (perf/journal/2026-11-27.md, ninth session).
+/// losing, not interrupted (perf/journal/2026-11-27.md, "stints, tiny
+/// operations with variables run by their pushers").
 pub(crate) const LOSING: u64 = 8;
 
 /// A thread's queued pushes between two looks at whether a probe is due
@@ -180,7 +185,7 @@ pub(crate) const LOCAL_CAPACITY: usize = 64;
 
 /// Holds at the pending cap in a row on one CPU after which a pusher
 /// counts as moved there: one is noise, more follows a moved pusher late
-/// (perf/journal/2026-11-27.md, fifth session).
+/// (perf/journal/2026-11-27.md, "a pusher that moved is followed").
 pub(crate) const PUSHER_MOVED_HOLDS: u32 = 2;
 
 /// Ready operations a per_device node's injector, or pooled's ring, holds before

@@ -267,7 +267,8 @@ impl Core {
         // locked instruction per write (the park) and two per read (the
         // count and the park), each waiting for every store before it, the
         // body's included. Taking the combiner again costs about one of
-        // them: it pays from two on (perf/journal/2026-11-27.md, "2026-11-27, tenth session").
+        // them: it pays from two on (perf/journal/2026-11-27.md, "direct
+        // runs, a stint's operations with no block").
         let mut released = 0u32; // bit i: deps[i]
         let locked: usize = deps.iter().map(|d| if d.writes() { 1 } else { 2 }).sum();
         if locked >= 2 {

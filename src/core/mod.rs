@@ -469,7 +469,7 @@ impl Core {
     /// runs come faster than the inline pace (`inline_pace.rs`): bodies that
     /// short cost the pusher less to run than to hand over, and the workers
     /// they would keep busy pay nothing back (perf/journal/2026-11-27.md,
-    /// eighth session).
+    /// "tiny bodies with no variables stay on the pusher").
     ///
     /// While pushers run the operations that their pushes make ready
     /// (`pusher_runs.rs`), such pushes run unqueued at any pending count.

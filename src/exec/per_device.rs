@@ -339,7 +339,7 @@ impl Shared {
     /// pusher's new CPU takes turns with it. A single sighting is not
     /// enough: followed at one hold, per_device `chain` at W=0 read 1.00
     /// and `chains64` 0.94; at two in a row, 0.85–0.92 and 0.84–0.98
-    /// (perf/journal/2026-11-27.md, "2026-11-27, fifth session").
+    /// (perf/journal/2026-11-27.md, "a pusher that moved is followed").
     fn follow_throttled_pusher(&self, cpu: u32) {
         let known = self.publisher_cpu.load(Ordering::Relaxed);
         if known == u32::MAX || cpu == known {

@@ -23,7 +23,8 @@
 //! Their origins are all the reservation's base, so the slot of an index
 //! below `flat_len` is that base plus the index: a compare with a field
 //! instead of a shift, an `ilog2` and a load that depends on them, ahead of
-//! every block's first load (perf/journal/2026-11-28.md, "eighteenth session": 0.93–0.98 of
+//! every block's first load (perf/journal/2026-11-28.md, "pool slots at
+//! the base plus the index": 0.93–0.98 of
 //! the W = 0 times on the rows with variables). Indices past them, a pool
 //! whose reservation the kernel refused, and loom builds use the heap
 //! segments alone; a flat segment is claimed (its `segments` word, null to

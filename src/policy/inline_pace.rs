@@ -10,7 +10,8 @@
 //! then the bodies are so short that handing one to a worker (several
 //! times what a run inside the push costs the pusher) costs more than
 //! running it, and a worker's help does not pay for it
-//! (perf/journal/2026-11-27.md, eighth session).
+//! (perf/journal/2026-11-27.md, "tiny bodies with no variables stay on
+//! the pusher").
 //!
 //! # The windows
 //!

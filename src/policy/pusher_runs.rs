@@ -4,7 +4,8 @@
 //! running it: its operation block, its variable blocks and each
 //! variable's lines cross cores, while the pusher, running it inside the
 //! push, finds them all in its own cache (`random` at W=0 about twice as
-//! fast run on the pusher; perf/journal/2026-11-27.md, ninth session).
+//! fast run on the pusher; perf/journal/2026-11-27.md, "stints, tiny
+//! operations with variables run by their pushers").
 //! The engine therefore switches between two
 //! ways of treating a ready operation, measuring both as the pushing
 //! thread sees them: how often its pushes come (`inline_pace.rs`, one

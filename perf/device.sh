@@ -7,7 +7,8 @@
 #                            with libhwloc and libudev beside it (about 9 MB)
 #   perf/device.sh run       there: the scaling rows (perf/scaling.sh:
 #                            workers 2,4,8,15, pushers 1,2,4,8, W=0 and
-#                            W=1000) into $OUT (or target/device/out)
+#                            W=1000, every throughput workload, both modes
+#                            of per_device) into $OUT (or target/device/out)
 #
 # With the device tool: `run` with carry ["target/device"] and the command
 # `perf/device.sh run`, timeout_s 540; the report comes back under $OUT.
@@ -32,6 +33,8 @@ run)
         echo "perf/device.sh: a library the harness links is missing (above)" >&2
         exit 1
     fi
+    export ENGINES=${ENGINES:-per_device,per_device+pusher}
+    export WORKLOADS=${WORKLOADS:-nodeps,chain,chains64,fanout,random,layered}
     BIN="$dir/depengine-perf" OUT_DIR="$out" perf/scaling.sh
     ;;
 *)

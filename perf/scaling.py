@@ -4,6 +4,12 @@ against pushers, one line per engine, workload and W, on a log scale.
 
     perf/scaling.py DIR     reads DIR/t<T>-p<P>.json, writes DIR/scaling.svg
                             and DIR/scaling.md
+
+scaling.md also reads the rows against issue 65's many-core targets: each
+W=0 row over its figure on 2 workers (no row slower with more workers),
+each W=1000 row over the floor of its workers taken around it (the
+harness's probe; within 1.15 on 15 workers), and the pusher series'
+throughput over one pusher's (8 pushers at least 5x).
 """
 
 import json
@@ -14,16 +20,29 @@ from pathlib import Path
 
 
 def load(d):
-    """{(engine, workload, w): {(threads, pushers): ns_per_op}}"""
-    series = {}
+    """({(engine, workload, w): {(threads, pushers): ns_per_op}},
+    {(engine, workload, w): {(threads, pushers): ns/op over the workers' floor}})"""
+    series, over = {}, {}
     for f in sorted(d.glob("t*-p*.json")):
         t, p = map(int, re.match(r"t(\d+)-p(\d+)\.json", f.name).groups())
         for r in json.loads(f.read_text())["rows"]:
             if r["ns_per_op"] is None:
                 continue
-            engine = r["engine"].split("+")[0]
-            series.setdefault((engine, r["workload"], r["w"]), {})[(t, p)] = r["ns_per_op"]
-    return series
+            # The harness names a row of P pushers "<engine>+<P>pushers".
+            engine = re.sub(r"\+\d+pushers$", "", r["engine"])
+            key = (engine, r["workload"], r["w"])
+            series.setdefault(key, {})[(t, p)] = r["ns_per_op"]
+            if r.get("over_round_floor") is not None:
+                over.setdefault(key, {})[(t, p)] = r["over_round_floor"]
+    return series, over
+
+
+def ratio_table(title, xs, rows):
+    """A markdown table: rows = [(label, {x: value})]."""
+    md = [title, "", "| row | " + " | ".join(str(x) for x in xs) + " |", "|---|" + "---|" * len(xs)]
+    for label, vals in rows:
+        md.append(f"| {label} | " + " | ".join(f"{vals[x]:.2f}" if x in vals else "" for x in xs) + " |")
+    return md
 
 
 def panel(x0, title, xs, lines, xlabel):
@@ -58,9 +77,11 @@ def panel(x0, title, xs, lines, xlabel):
 
 def main():
     d = Path(sys.argv[1])
-    series = load(d)
+    series, over = load(d)
     pushers1 = lambda pts: sorted((t, ns) for (t, p), ns in pts.items() if p == 1)
-    workers_most = max((t for pts in series.values() for (t, p) in pts if p == 1), default=2)
+    # The pusher series' workers: those of its runs with several pushers.
+    workers_most = max((t for pts in series.values() for (t, p) in pts if p > 1),
+                       default=max((t for pts in series.values() for (t, p) in pts), default=2))
     by_pushers = lambda pts: sorted((p, ns) for (t, p), ns in pts.items() if t == workers_most)
     svg = ['<svg xmlns="http://www.w3.org/2000/svg" width="1100" height="340" font-family="sans-serif" font-size="11">']
     lines_w = [(f"{e} {wl} W={w}", pushers1(pts)) for (e, wl, w), pts in sorted(series.items()) if len(pushers1(pts)) > 0]
@@ -78,7 +99,24 @@ def main():
         cells = [f"{pts[(t, 1)]:.1f}" if (t, 1) in pts else "" for t in xs_w]
         cells += [f"{pts[(workers_most, p)]:.1f}" if (workers_most, p) in pts else "" for p in xs_p]
         md.append(f"| {e} | {wl} | {w} | " + " | ".join(cells) + " |")
-    (d / "scaling.md").write_text("ns/op (lower is better)\n\n" + "\n".join(md) + "\n")
+    targets = []
+    slower = [(f"{e} {wl}", {t: pts[(t, 1)] / pts[(2, 1)] for t in xs_w if (t, 1) in pts})
+              for (e, wl, w), pts in sorted(series.items()) if w == 0 and (2, 1) in pts]
+    if slower:
+        targets += [""] + ratio_table("W=0, one pusher: ns/op over its figure on 2 workers "
+                                      "(target: no row over 1.00 with more workers)", xs_w, slower)
+    floors = [(f"{e} {wl}", {t: v for (t, p), v in pts.items() if p == 1})
+              for (e, wl, w), pts in sorted(over.items()) if w == 1000]
+    if floors:
+        targets += [""] + ratio_table("W=1000, one pusher: ns/op over the floor of that many workers taken "
+                                      "around each round (target on 15 workers: 1.15 or less)", xs_w, floors)
+    scale = [(f"{e} {wl} W={w}", {p: pts[(workers_most, 1)] / pts[(workers_most, p)]
+                                  for p in xs_p if (workers_most, p) in pts})
+             for (e, wl, w), pts in sorted(series.items()) if (workers_most, 1) in pts]
+    if scale and len(xs_p) > 1:
+        targets += [""] + ratio_table(f"Throughput over one pusher's, {workers_most} workers "
+                                      "(target: 8 pushers at least 5.00)", xs_p, scale)
+    (d / "scaling.md").write_text("ns/op (lower is better)\n\n" + "\n".join(md + targets) + "\n")
     print(f"chart: {d / 'scaling.svg'}; table: {d / 'scaling.md'}")
 
 

@@ -9,9 +9,13 @@
 #   QUICK=1 perf/scaling.sh               a smoke run (N/100; do not publish)
 #   BIN=path OUT_DIR=dir perf/scaling.sh  a harness built elsewhere (perf/device.sh)
 #
-# Each point is one harness run (`--threads T --pushers P --json`); the
-# worker series runs one pusher, the pusher series two workers... or the
-# most workers asked for, whichever this machine has. Writes
+# Each point is one harness run (`--threads T --pushers P --json`), with
+# the machine probe on, so that each W=1000 row is read over the floor of
+# its workers taken around it (`NO_PROBE=1`: without). The worker series
+# runs one pusher; the pusher series runs PUSHER_WORKERS workers (default:
+# the CPUs less the most pushers, at least 2: 8 on 16 CPUs, so that the
+# threads fit the cores), and that many workers also run one pusher for
+# the series' reference. Writes
 # perf/reports/<stamp>.scaling/{*.json,scaling.svg,scaling.md}
 # (REPORT_NAME=<name> instead of the date-time stamp).
 set -euo pipefail
@@ -32,23 +36,25 @@ else
     cargo build --release -p depengine-perf
     bin=target/release/depengine-perf
 fi
-quick=()
-[[ -n "${QUICK:-}" ]] && quick=(--quick)
+flags=()
+[[ -n "${QUICK:-}" ]] && flags+=(--quick)
+[[ -n "${NO_PROBE:-}" ]] && flags+=(--no-probe)
 run() { # threads pushers
+    [[ -e "$out/t$1-p$2.json" ]] && return # the worker series' point again
     "$bin" --engines "$engines" --workloads "$workloads" --w "$weights" --threads "$1" --pushers "$2" \
-        --no-probe "${quick[@]}" --json "$out/t$1-p$2.json" | tee "$out/t$1-p$2.txt"
+        "${flags[@]}" --json "$out/t$1-p$2.json" | tee "$out/t$1-p$2.txt"
 }
-most=2
 for t in ${workers//,/ }; do
     if (( t > cpus )); then echo "== $t workers: more than the $cpus CPUs here, skipped"; continue; fi
-    most=$t
     echo "== $t workers, 1 pusher"
     run "$t" 1
 done
+most_pushers=1
+for p in ${pushers//,/ }; do (( p <= cpus && p > most_pushers )) && most_pushers=$p; done
+pw=${PUSHER_WORKERS:-$(( cpus - most_pushers > 2 ? cpus - most_pushers : 2 ))}
 for p in ${pushers//,/ }; do
-    (( p == 1 )) && continue
     if (( p > cpus )); then echo "== $p pushers: more than the $cpus CPUs here, skipped"; continue; fi
-    echo "== $most workers, $p pushers"
-    run "$most" "$p"
+    echo "== $pw workers, $p pushers"
+    run "$pw" "$p"
 done
 python3 perf/scaling.py "$out"

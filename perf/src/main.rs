@@ -285,7 +285,7 @@ struct Row {
     /// The engine's counters after the row (`--stats`).
     stats: Option<String>,
     /// Our engines' W=1000 rows, with the probe on: each round's ns/op
-    /// over the two-worker floor taken around that round, in order, with
+    /// over the workers' floor taken around that round, in order, with
     /// the state the cores met while our engines ran in it
     /// (`measure_row`; `targets.rs` splits the rounds by it).
     floor_rounds: Vec<FloorRound>,
@@ -305,7 +305,7 @@ impl Row {
     }
 }
 
-/// One round of one of our engines' W=1000 rows against the two-worker
+/// One round of one of our engines' W=1000 rows against the workers'
 /// floor taken around it.
 #[derive(Clone, Copy, Debug)]
 struct FloorRound {
@@ -547,7 +547,8 @@ struct Ratio {
 
 /// The cache-line round trip (`probe::round_trip_ns`) taken before and
 /// after each round of one row: which state of the machine the row met.
-/// At W=1000, also each round's two-worker floor: the mean of the floors
+/// At W=1000, also each round's floor of the run's workers (`--threads`,
+/// at most the CPUs): the mean of the floors
 /// (`MachineState::floor_ns`) of the body figures taken before and after
 /// our engines ran in that round.
 struct RowState {
@@ -600,7 +601,8 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
     let mut our_round_trips = Vec::new();
     // Each round's floor is taken at the row's own W (none for W=0, whose
     // bodies are empty).
-    let floor_now = |rt: Option<f64>| (w > 0 && wl.is_some() && !o.no_probe).then(|| probe::bodies(rt, w).floor_ns());
+    let floor_now =
+        |rt: Option<f64>| (w > 0 && wl.is_some() && !o.no_probe).then(|| probe::bodies(rt, w, o.threads).floor_ns());
     for round in 0..o.pairs {
         let rt_before = row_round_trip(o);
         let floor_before = floor_now(rt_before);
@@ -619,7 +621,7 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
         }
         if let Some(before) = floor_before {
             let rt_after = row_round_trip(o);
-            // `rt_before` only says whether there are two CPUs (`MachineState::two_threads_unreliable`).
+            // `rt_before` only says whether there are two CPUs (`MachineState::side_by_side_unreliable`).
             let after = floor_now(rt_before).expect("taken under the same conditions as `floor_before`");
             floors.push((before + after) / 2.0);
             our_round_trips.push(rt_before.zip(rt_after).map(|(b, a)| [b, a]));
@@ -671,7 +673,11 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
     }
     if !state.floors.is_empty() {
         let each: Vec<String> = state.floors.iter().map(|f| format!("{f:.0}")).collect();
-        let floor_is = if cpus() == 1 { "floor of one CPU (one body per operation)" } else { "two-worker floor" };
+        let floor_is = match o.threads.min(cpus()) {
+            0 | 1 => "floor of one CPU (one body per operation)".to_owned(),
+            2 => "two-worker floor".to_owned(),
+            n => format!("{n}-worker floor"),
+        };
         println!(
             "    {floor_is} around each round: {} ns/body; ns/op ÷ its round's floor, median: {}",
             each.join(", "),
@@ -904,14 +910,15 @@ fn json(m: &Measured, o: &Options, states: [Option<&MachineState>; 2]) -> String
             || "null".to_owned(),
             |m| {
                 format!(
-                    "{{\"round_trip_ns\": {}, \"written_line_read_ns\": {}, \"demoted_line_read_ns\": {}, \"written_line_independent_read_ns\": {}, \"handover_ns\": {}, \"body_ns\": {:.1}, \"two_threads_body_ns\": {:.1}}}",
+                    "{{\"round_trip_ns\": {}, \"written_line_read_ns\": {}, \"demoted_line_read_ns\": {}, \"written_line_independent_read_ns\": {}, \"handover_ns\": {}, \"body_ns\": {:.1}, \"side_by_side_threads\": {}, \"side_by_side_body_ns\": {:.1}}}",
                     m.round_trip_ns.map_or("null".to_owned(), |v| format!("{v:.1}")),
                     m.written_lines.map_or("null".to_owned(), |w| format!("{:.1}", w.chased)),
                     m.written_lines.map_or("null".to_owned(), |w| format!("{:.1}", w.demoted)),
                     m.written_lines.map_or("null".to_owned(), |w| format!("{:.1}", w.independent)),
                     m.handover_ns.map_or("null".to_owned(), |v| format!("{v:.1}")),
                     m.body_ns,
-                    m.two_threads_ns
+                    m.workers,
+                    m.side_by_side_ns
                 )
             },
         )
@@ -1003,7 +1010,7 @@ fn main() {
             "SeqCst fences (DEPENGINE_MEMBARRIER=0, or no membarrier)"
         }
     );
-    let before = (!o.no_probe).then(probe);
+    let before = (!o.no_probe).then(|| probe(o.threads));
     println!("machine state before the rows: {}", state_text(before.as_ref()));
     println!(
         "{:<12} {:<9} {:>6} {:>9} {:>10} {:>10} {:>10} {:>10} {:>8}",
@@ -1040,7 +1047,7 @@ fn main() {
             m.chain_over_nodeps.push(side);
         }
     }
-    let after = (!o.no_probe).then(probe);
+    let after = (!o.no_probe).then(|| probe(o.threads));
     println!("machine state after the rows: {}", state_text(after.as_ref()));
     if let Some(path) = &o.markdown {
         std::fs::write(path, markdown(&m, &o, [before.as_ref(), after.as_ref()]))

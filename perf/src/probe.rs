@@ -30,13 +30,15 @@
 //!   turn it takes there (1.1 µs each on the Zen 5 host, where a W=1000
 //!   body takes 1.5: perf/journal/2026-11-28.md, "nineteenth session"), so it is what a
 //!   pusher's turn cannot be shorter than.
-//! - **The bare two-thread floor at W=1000**: the workload's own body
-//!   (`workloads::work`) run on one thread, then split over two threads
-//!   with no engine at all. Two engine workers cannot beat the second
-//!   figure, so it is the floor the W=1000 rows are compared with, next to
-//!   the "ideal" of half the one-thread time. With two CPUs or more, a
-//!   second figure more than 10 % over that ideal is flagged as no floor:
-//!   the host slowed, or something else took a CPU, while it was taken.
+//! - **The bare floor of the run's workers at W=1000**: the workload's
+//!   own body (`workloads::work`) run on one thread, then split over as
+//!   many threads as the run has workers (`--threads`, at most the CPUs;
+//!   two on the two-core hosts), started together, with no engine at all.
+//!   That many engine workers cannot beat the second figure, so it is the
+//!   floor the W=1000 rows are compared with, next to the "ideal" of the
+//!   one-thread time over the workers. With two CPUs or more, a second
+//!   figure more than 10 % over that ideal is flagged as no floor: the
+//!   host slowed, or something else took a CPU, while it was taken.
 //!   `depengine-perf` also takes these two figures alone ([`bodies`])
 //!   around each round of every row with W > 0, at that row's W, so that
 //!   the row's rounds are compared with floors of the same minutes and
@@ -65,8 +67,12 @@ pub(crate) struct MachineState {
     pub(crate) weight: u32,
     /// One body of that weight on one thread, ns (median of the tries).
     pub(crate) body_ns: f64,
-    /// ns per body with the same bodies split over two threads.
-    pub(crate) two_threads_ns: f64,
+    /// The threads the side-by-side figure splits the bodies over: the
+    /// run's workers, at most its CPUs.
+    pub(crate) workers: usize,
+    /// ns per body with the bodies split over [`MachineState::workers`]
+    /// threads.
+    pub(crate) side_by_side_ns: f64,
 }
 
 /// ns per line to read lines another CPU has just written.
@@ -80,24 +86,31 @@ pub(crate) struct WrittenLines {
     pub(crate) independent: f64,
 }
 
-/// The most a two-thread figure may exceed half the one-thread one and
-/// still be read as two CPUs running side by side: on the two-core hosts
-/// it reads 0.98–1.05, and 1.29 in a slow spell (run35's first probe).
+/// The most a side-by-side figure may exceed the one-thread one over the
+/// workers and still be read as that many CPUs running side by side: on
+/// the two-core hosts it reads 0.98–1.05, and 1.29 in a slow spell
+/// (run35's first probe).
 const SIDE_BY_SIDE_EXCESS: f64 = 1.10;
 
 impl MachineState {
-    /// The two-thread figure over half the one-thread one: 1.00 when two
-    /// threads run bodies twice as fast as one.
-    pub(crate) fn two_thread_excess(&self) -> f64 {
-        self.two_threads_ns / (self.body_ns / 2.0)
+    /// The side-by-side figure over the one-thread one divided by the
+    /// workers: 1.00 when N threads run bodies N times as fast as one.
+    pub(crate) fn side_by_side_excess(&self) -> f64 {
+        self.side_by_side_ns / self.ideal_ns()
     }
 
-    /// Whether, with two CPUs or more, the two threads' bodies took
-    /// clearly longer than half the one thread's: the host slowed or
-    /// another program took a CPU meanwhile. (With one CPU the excess is 2
-    /// by construction, and one thread's time is the floor.)
-    pub(crate) fn two_threads_unreliable(&self) -> bool {
-        !self.on_one_cpu() && self.two_thread_excess() > SIDE_BY_SIDE_EXCESS
+    /// The one-thread figure over the workers: the ideal the side-by-side
+    /// figure is held to.
+    pub(crate) fn ideal_ns(&self) -> f64 {
+        self.body_ns / self.workers as f64
+    }
+
+    /// Whether, with two CPUs or more, the side-by-side bodies took
+    /// clearly longer than the one thread's over the workers: the host
+    /// slowed or another program took a CPU meanwhile. (With one CPU
+    /// there is one worker, and one thread's time is the floor.)
+    pub(crate) fn side_by_side_unreliable(&self) -> bool {
+        !self.on_one_cpu() && self.side_by_side_excess() > SIDE_BY_SIDE_EXCESS
     }
 
     /// Whether the probe ran on one CPU (it took no round trip between two).
@@ -105,14 +118,13 @@ impl MachineState {
         self.round_trip_ns.is_none()
     }
 
-    /// The two-worker floor these figures give, ns per body: the
-    /// two-thread figure, unless it is flagged, then half the one-thread
-    /// one.
+    /// The workers' floor these figures give, ns per body: the
+    /// side-by-side figure, unless it is flagged, then the ideal.
     pub(crate) fn floor_ns(&self) -> f64 {
-        if self.two_threads_unreliable() {
-            self.body_ns / 2.0
+        if self.side_by_side_unreliable() {
+            self.ideal_ns()
         } else {
-            self.two_threads_ns
+            self.side_by_side_ns
         }
     }
 }
@@ -135,44 +147,51 @@ impl std::fmt::Display for MachineState {
         }
         write!(
             f,
-            "W={} bodies with no engine: {:.0} ns on one thread, {:.0} ns/body on two ({:.2} × half of one)",
+            "W={} bodies with no engine: {:.0} ns on one thread, {:.0} ns/body on {} ({:.2} × one over {})",
             self.weight,
             self.body_ns,
-            self.two_threads_ns,
-            self.two_thread_excess()
+            self.side_by_side_ns,
+            self.workers,
+            self.side_by_side_excess(),
+            self.workers
         )?;
-        if self.two_threads_unreliable() {
+        if self.side_by_side_unreliable() {
             write!(
                 f,
-                " (over {SIDE_BY_SIDE_EXCESS:.2}: the two threads did not run side by side throughout, so this figure is no floor for the W={} rows)",
-                self.weight
+                " (over {SIDE_BY_SIDE_EXCESS:.2}: the {} threads did not run side by side throughout, so this figure is no floor for the W={} rows)",
+                self.workers, self.weight
             )?;
         }
         Ok(())
     }
 }
 
-/// Measures the machine's state now (see the module docs).
-pub(crate) fn probe() -> MachineState {
+/// Measures the machine's state now (see the module docs), the
+/// side-by-side figure over `workers` threads (at most the CPUs).
+pub(crate) fn probe(workers: usize) -> MachineState {
     MachineState {
         written_lines: written_line_read_ns(),
         handover_ns: handover_ns(),
-        ..bodies(round_trip_ns(), WEIGHT)
+        ..bodies(round_trip_ns(), WEIGHT, workers)
     }
 }
 
 /// The body figures alone at body weight `weight` (about a tenth of a
 /// second at W=1000), with a round trip taken beside them (`None`: fewer
 /// than two CPUs): what `depengine-perf` takes around each round of a row
-/// with W > 0, at its W, for that round's floor.
-pub(crate) fn bodies(round_trip_ns: Option<f64>, weight: u32) -> MachineState {
+/// with W > 0, at its W, for that round's floor. The side-by-side figure
+/// runs on `workers` threads, at most this process's CPUs and at least one.
+pub(crate) fn bodies(round_trip_ns: Option<f64>, weight: u32, workers: usize) -> MachineState {
+    let cpus = core_affinity::get_core_ids().map_or(1, |c| c.len());
+    let workers = workers.clamp(1, cpus.max(1));
     MachineState {
         round_trip_ns,
         written_lines: None,
         handover_ns: None,
         weight,
         body_ns: one_thread_body_ns(weight),
-        two_threads_ns: two_thread_body_ns(weight),
+        workers,
+        side_by_side_ns: side_by_side_body_ns(weight, workers),
     }
 }
 
@@ -184,7 +203,8 @@ const TRIES: usize = 5;
 /// yields, and one that shares a CPU with another busy thread (the test
 /// suite) still finishes.
 const SPINS_BEFORE_YIELD: u32 = 100_000;
-/// Bodies per try of the body figures.
+/// Bodies per try of the one-thread figure, and per pair of threads of
+/// the side-by-side one (5,000 a thread: 7–10 ms at W=1000).
 const BODIES: u64 = 10_000;
 /// The body weight of the machine probe's body figures.
 pub(crate) const WEIGHT: u32 = 1000;
@@ -369,17 +389,35 @@ fn one_thread_body_ns(weight: u32) -> f64 {
     })
 }
 
-/// ns per body of weight `weight` with [`BODIES`] split over two
-/// unpinned threads, measured from before the first is started to after
-/// both have ended.
-fn two_thread_body_ns(weight: u32) -> f64 {
+/// ns per body of weight `weight` with `BODIES / 2` a thread on
+/// `workers` unpinned threads, the caller one of them, timed from the
+/// moment all are ready to after the last has ended: starting threads
+/// one by one would count their starts as work (tens of µs each, a few
+/// per cent of a try with 15 threads).
+fn side_by_side_body_ns(weight: u32, workers: usize) -> f64 {
+    let each = BODIES / 2;
+    let total = each * workers as u64;
     median_of_tries(|| {
-        let start = Instant::now();
+        let (ready, go) = (AtomicUsize::new(0), AtomicU64::new(0));
+        let mut start = None;
         std::thread::scope(|s| {
-            s.spawn(|| (0..BODIES / 2).for_each(|i| work(i, weight)));
-            (BODIES / 2..BODIES).for_each(|i| work(i, weight));
+            for t in 1..workers as u64 {
+                let (ready, go) = (&ready, &go);
+                s.spawn(move || {
+                    ready.fetch_add(1, Ordering::AcqRel);
+                    wait_for(go, 1);
+                    (t * each..(t + 1) * each).for_each(|i| work(i, weight));
+                });
+            }
+            while ready.load(Ordering::Acquire) != workers - 1 {
+                std::thread::yield_now();
+            }
+            start = Some(Instant::now());
+            go.store(1, Ordering::Release);
+            (0..each).for_each(|i| work(i, weight));
         });
-        start.elapsed().as_nanos() as f64 / BODIES as f64
+        let start = start.expect("set before the scope ends");
+        start.elapsed().as_nanos() as f64 / total as f64
     })
 }
 
@@ -391,13 +429,14 @@ mod tests {
     /// as no floor where there are two CPUs, and not with one.
     #[test]
     fn a_slow_two_thread_figure_is_flagged() {
-        let state = |round_trip_ns, two_threads_ns| MachineState {
+        let state = |round_trip_ns, side_by_side_ns| MachineState {
             round_trip_ns,
             written_lines: None,
             handover_ns: None,
             weight: WEIGHT,
             body_ns: 1_500.0,
-            two_threads_ns,
+            workers: 2,
+            side_by_side_ns,
         };
         assert!(!state(Some(120.0), 760.0).to_string().contains("no floor"));
         assert!(state(Some(120.0), 981.0).to_string().contains("no floor"));
@@ -412,10 +451,23 @@ mod tests {
     #[test]
     fn the_floor_is_taken_at_the_rows_weight() {
         let _alone = crate::timeline::bodies_exclusive();
-        let (light, heavy) = (bodies(None, 50), bodies(None, 800));
+        let (light, heavy) = (bodies(None, 50, 2), bodies(None, 800, 2));
         assert_eq!((light.weight, heavy.weight), (50, 800));
         assert!(heavy.to_string().contains("W=800 bodies with no engine"), "{heavy}");
         assert!(heavy.body_ns > 4.0 * light.body_ns, "{light} / {heavy}");
+    }
+
+    /// The side-by-side figure runs on the workers asked for, at most the
+    /// CPUs and at least one: 64 workers on a smaller machine would read
+    /// a floor no engine there can reach... or flag every figure.
+    #[test]
+    fn the_side_by_side_figure_runs_on_the_cpus_there_are() {
+        let _alone = crate::timeline::bodies_exclusive();
+        let cpus = core_affinity::get_core_ids().map_or(1, |c| c.len().max(1));
+        assert_eq!(bodies(None, 50, 64).workers, cpus);
+        assert_eq!(bodies(None, 50, 0).workers, 1);
+        let one = bodies(None, 50, 1);
+        assert!(one.side_by_side_ns > 0.1 && one.side_by_side_ns.is_finite(), "{one}");
     }
 
     /// The hand-over probe pins only threads of its own: the caller may
@@ -440,10 +492,10 @@ mod tests {
     fn the_probe_measures_something() {
         let state = {
             let _alone = crate::timeline::bodies_exclusive();
-            probe()
+            probe(2)
         };
         assert!(state.body_ns > 50.0, "{state}");
-        assert!(state.two_threads_ns > 10.0 && state.two_threads_ns.is_finite(), "{state}");
+        assert!(state.side_by_side_ns > 10.0 && state.side_by_side_ns.is_finite(), "{state}");
         let cpus = core_affinity::get_core_ids().map_or(0, |c| c.len());
         assert_eq!(state.round_trip_ns.is_some(), cpus >= 2, "{state}");
         assert_eq!(state.written_lines.is_some(), cpus >= 2, "{state}");

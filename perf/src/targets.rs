@@ -9,7 +9,8 @@
 //!
 //! - `chain` ÷ `nodeps`: taken side by side (`--chain-pairs`: the pairs'
 //!   median and range), and from the two rows' medians, minutes apart.
-//! - W=1000: side by side where the run probed the floor around each
+//! - W=1000 (the floor of the run's workers, `--threads`: two on the
+//!   two-core hosts): side by side where the run probed the floor around each
 //!   round of the row (`measure_row`): the median of the rounds' ratios,
 //!   each round's ns/op over the floor taken just before and after it;
 //!   then the same rounds split by the state the cores were in while our
@@ -17,9 +18,9 @@
 //!   trip of 50–80 ns and one of 350–480 within seconds, and each state
 //!   gives its own reading.
 //!   And against one floor for the whole run, up to half an hour from the
-//!   row: the lowest two-thread figure among the run's probes that ran
-//!   side by side ([`MachineState::two_threads_unreliable`]); if none
-//!   did, half the lowest one-thread figure.
+//!   row: the lowest side-by-side figure among the run's probes that ran
+//!   side by side ([`MachineState::side_by_side_unreliable`]); if none
+//!   did, the lowest one-thread figure over the workers.
 //!
 //! On one CPU (a run confined with `taskset -c 0`) the floor's two threads
 //! take turns, so the floor is one body per operation and each W=1000
@@ -48,16 +49,26 @@ const NEAR: f64 = 2.0;
 pub(crate) const ONE_CPU_FLOOR: &str =
     "the floor of one CPU (its two threads take turns: one body per operation, so a ratio is 1 + the engine's own work over one body, with no line crossing between cores)";
 
-/// The two-worker floor of a run with these probes, ns per body, and
+/// The workers' floor of a run with these probes, ns per body, and
 /// where it came from; `None` without any probe.
 fn floor(states: [Option<&MachineState>; 2]) -> Option<(f64, &'static str)> {
     let probes = states.iter().flatten();
-    let side_by_side = probes.clone().filter(|s| !s.two_threads_unreliable()).map(|s| s.two_threads_ns);
+    let side_by_side = probes.clone().filter(|s| !s.side_by_side_unreliable()).map(|s| s.side_by_side_ns);
     if let Some(ns) = side_by_side.reduce(f64::min) {
-        return Some((ns, "the probes' two-thread figure"));
+        return Some((ns, "the probes' side-by-side figure"));
     }
-    let one_thread = probes.map(|s| s.body_ns).reduce(f64::min)?;
-    Some((one_thread / 2.0, "half the probes' one-thread figure (no two-thread figure ran side by side)"))
+    let ideal = probes.map(|s| s.ideal_ns()).reduce(f64::min)?;
+    Some((ideal, "the probes' one-thread figure over the workers (no side-by-side figure ran side by side)"))
+}
+
+/// What the floor of a run whose probes split the bodies over `workers`
+/// threads is called, and its target (the two-core hosts' figure, or
+/// the many-core one of issue 65's 16-core rows).
+fn floor_name(workers: usize) -> (String, &'static str) {
+    match workers {
+        2 => ("the two-worker floor".to_owned(), "target: 1.10 or less"),
+        n => (format!("the {n}-worker floor"), "target on many cores: 1.15 or less"),
+    }
 }
 
 /// The section, or nothing if the run has none of the rows it reads.
@@ -89,9 +100,10 @@ pub(crate) fn markdown(rows: &[Row], states: [Option<&MachineState>; 2], side: &
     let one_cpu = states.iter().flatten().any(|st| st.on_one_cpu());
     if engines.iter().any(|e| workloads.iter().any(|wl| over_round_floor(e, wl).is_some())) {
         let (floor_is, target) = if one_cpu {
-            (ONE_CPU_FLOOR, "the target, 1.10 or less, is for two CPUs and more")
+            (ONE_CPU_FLOOR.to_owned(), "the target, 1.10 or less, is for two CPUs and more")
         } else {
-            ("the two-worker floor", "target: 1.10 or less")
+            let workers = states.iter().flatten().map(|st| st.workers).max().unwrap_or(2);
+            floor_name(workers)
         };
         let _ = writeln!(
             s,
@@ -177,14 +189,15 @@ mod tests {
         }
     }
 
-    fn state(two_threads_ns: f64) -> MachineState {
+    fn state(side_by_side_ns: f64) -> MachineState {
         MachineState {
             round_trip_ns: Some(120.0),
             written_lines: None,
             handover_ns: None,
             weight: crate::probe::WEIGHT,
             body_ns: 1_500.0,
-            two_threads_ns,
+            workers: 2,
+            side_by_side_ns,
         }
     }
 
@@ -203,7 +216,7 @@ mod tests {
         let text = markdown(&rows, [Some(&slow), Some(&good)], &side);
         assert!(text.contains("per_device 1.92"), "{text}");
         assert!(text.contains("side by side (a repetition of each in turn; the pairs' median and range): per_device 1.85 (1.80–1.90 over 3 pairs)."), "{text}");
-        assert!(text.contains("run, 757 ns/op, the probes' two-thread figure"), "{text}");
+        assert!(text.contains("run, 757 ns/op, the probes' side-by-side figure"), "{text}");
         assert!(text.contains("| engine | nodeps | random |"), "{text}");
         assert!(text.contains("| per_device | 1.08 | 1.26 |"), "{text}");
     }
@@ -264,14 +277,15 @@ mod tests {
             handover_ns: None,
             weight: crate::probe::WEIGHT,
             body_ns: 1_401.0,
-            two_threads_ns: 1_411.0,
+            workers: 1,
+            side_by_side_ns: 1_411.0,
         };
         let text = markdown(&[random], [Some(&lone), None], &[]);
         assert!(text.contains(&format!("over {ONE_CPU_FLOOR} taken around each round")), "{text}");
         assert!(text.contains("is for two CPUs and more"), "{text}");
         assert!(!text.contains("two-worker") && !text.contains("target: 1.10"), "{text}");
         assert!(
-            text.contains("1411 ns/op, the probes' two-thread figure, one body per operation on one CPU:"),
+            text.contains("1411 ns/op, the probes' side-by-side figure, one body per operation on one CPU:"),
             "{text}"
         );
         assert!(text.contains("| per_device | 1.13 |"), "{text}");
@@ -283,15 +297,26 @@ mod tests {
             text.contains("over the two-worker floor taken around each round") && text.contains("target: 1.10"),
             "{text}"
         );
+        // With 15 workers (the 16-core rows) it names their floor and target.
+        let mut random = row("per_device", "random", 1000, 120.0);
+        random.floor_rounds = vec![FloorRound { over: 1.09, round_trips: Some([50.0, 50.0]) }];
+        let many = MachineState { workers: 15, side_by_side_ns: 101.0, ..state(0.0) };
+        let text = markdown(&[random], [Some(&many), None], &[]);
+        assert!(
+            text.contains("over the 15-worker floor taken around each round")
+                && text.contains("target on many cores: 1.15"),
+            "{text}"
+        );
     }
 
-    /// With no side-by-side probe the floor is half the one-thread figure;
+    /// With no side-by-side probe the floor is the one-thread figure over
+    /// the workers (half of it with two);
     /// with no probe, and no W=0 pair, there is no section.
     #[test]
     fn the_floor_falls_back_and_an_empty_run_has_no_section() {
         let rows = [row("pooled", "fanout", 1000, 900.0)];
         let text = markdown(&rows, [Some(&state(981.0)), None], &[]);
-        assert!(text.contains("run, 750 ns/op, half the probes' one-thread figure"), "{text}");
+        assert!(text.contains("run, 750 ns/op, the probes' one-thread figure over the workers"), "{text}");
         assert!(text.contains("| pooled | 1.20 |"), "{text}");
         assert!(!text.contains("W=0 side by side") && !text.contains("around each round"), "{text}");
         assert!(markdown(&rows, [None, None], &[]).is_empty());

@@ -144,6 +144,19 @@ pub(crate) const BIAS_AFTER_MAX: u32 = BIAS_AFTER << 6;
 
 // ----- workers: spinning, napping, parking (park.rs, pooled.rs) ------------
 
+/// CPUs that idle workers leave to the threads that push when they count
+/// how many of them may spin at once: every worker may, up to the
+/// process's CPUs less these (and never fewer than half the workers,
+/// `park::max_spinners`). More spinners cost more CPU time while idle
+/// (each at most the spin time before it parks); fewer cost a futex
+/// wake-up, and on a virtual machine the halted CPU's wake, for each
+/// burst of work that finds them parked. On the 16-CPU machine with 15
+/// workers, per_device `random` W=0 parked a worker 54,886 times in one
+/// run (193,371 wake-ups) under the half rule and 62 times under this one,
+/// at 698 against 280 ns/op (perf/journal/2026-11-29-scale-out.md,
+/// "Sixteen cores").
+pub(crate) const CPUS_FOR_PUSHERS: usize = 1;
+
 /// Operations in a row a spinner leaves to the waiters that take them
 /// before it naps: waiting for the spin to run out instead almost never
 /// naps when round trips are slow (perf/journal/2026-11-25.md, seventh

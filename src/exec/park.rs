@@ -1,7 +1,7 @@
 #![doc = include_str!("../../docs/worker-sleep.md")]
 
 use super::ready_ring::ReadyRing;
-use crate::base::tuning::{LEAVES_BEFORE_NAP, NAP_LIMIT, SPIN_POLLS, WAITER_GRACE};
+use crate::base::tuning::{CPUS_FOR_PUSHERS, LEAVES_BEFORE_NAP, NAP_LIMIT, SPIN_POLLS, WAITER_GRACE};
 use crate::observe::stats::ExecutorCounters;
 use crate::sync::barrier;
 use crate::sync::{
@@ -93,10 +93,14 @@ pub(crate) fn push_and_wake(ring: &ReadyRing, op: u32, wake: impl FnOnce(bool)) 
     pushed
 }
 
-/// Workers of a pool of `workers` that may spin at once: half of them, but
-/// at least two (or all, if fewer). See the module docs ("States").
-pub(crate) fn max_spinners(workers: usize) -> u32 {
-    (workers / 2).max(2).min(workers.max(1)) as u32
+/// Workers of a pool of `workers` on a process with `cpus` CPUs that may
+/// spin at once: all of them while a CPU is left to the pushing threads
+/// ([`CPUS_FOR_PUSHERS`]), else as many as the CPUs less that; but never
+/// fewer than half the workers, nor than two (or all, if fewer). See the
+/// module docs ("States").
+pub(crate) fn max_spinners(workers: usize, cpus: usize) -> u32 {
+    let beside_pushers = workers.min(cpus.saturating_sub(CPUS_FOR_PUSHERS));
+    (workers / 2).max(2).max(beside_pushers).min(workers.max(1)) as u32
 }
 
 /// The sleep/wake rendezvous of one worker pool.
@@ -145,7 +149,7 @@ impl Sleep {
             epoch: CachePadded::new(AtomicU32::new(0)),
             sleepers: CachePadded::new(AtomicU32::new(0)),
             spinning: CachePadded::new(AtomicU32::new(0)),
-            max_spinning: max_spinners(workers),
+            max_spinning: max_spinners(workers, crate::base::topology::available_cpus()),
             workers: workers as u32,
             waking: CachePadded::new(AtomicU32::new(0)),
             unseen: CachePadded::new(AtomicU32::new(0)),
@@ -567,10 +571,16 @@ mod tests {
     use std::cell::Cell;
     use std::time::{Duration, Instant};
 
+    /// On two CPUs (these hosts), half the workers spin, but at least
+    /// two; with CPUs to spare beside the pusher's, every worker may, up
+    /// to the CPUs less one.
     #[test]
-    fn half_the_workers_spin_but_at_least_two() {
-        let got: Vec<u32> = [0, 1, 2, 3, 4, 8, 64].iter().map(|&w| max_spinners(w)).collect();
-        assert_eq!(got, [1, 1, 2, 2, 2, 4, 32]);
+    fn workers_spin_on_the_cpus_the_pushers_leave_but_at_least_half() {
+        let two: Vec<u32> = [0, 1, 2, 3, 4, 8, 64].iter().map(|&w| max_spinners(w, 2)).collect();
+        assert_eq!(two, [1, 1, 2, 2, 2, 4, 32]);
+        let sixteen: Vec<u32> = [1, 2, 4, 8, 15, 16, 20, 64].iter().map(|&w| max_spinners(w, 16)).collect();
+        assert_eq!(sixteen, [1, 2, 4, 8, 15, 15, 15, 32]);
+        assert_eq!(max_spinners(4, 1), 2, "one CPU: the half rule's two");
     }
 
     const LONG_SPIN: Duration = Duration::from_secs(5);

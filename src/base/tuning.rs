@@ -144,10 +144,11 @@ pub(crate) const BIAS_AFTER_MAX: u32 = BIAS_AFTER << 6;
 
 // ----- workers: spinning, napping, parking (park.rs, pooled.rs) ------------
 
-/// CPUs that idle workers leave to the threads that push when they count
-/// how many of them may spin at once: every worker may, up to the
-/// process's CPUs less these (and never fewer than half the workers,
-/// `park::max_spinners`). More spinners cost more CPU time while idle
+/// CPUs that a pool's workers must leave free to the threads that push
+/// for every idle worker to be allowed to spin at once; a pool that
+/// leaves fewer keeps the half rule (`park::max_spinners`: half the
+/// workers, at least two), measured only with one pusher per spare CPU
+/// or fewer. More spinners cost more CPU time while idle
 /// (each at most the spin time before it parks); fewer cost a futex
 /// wake-up, and on a virtual machine the halted CPU's wake, for each
 /// burst of work that finds them parked. On the 16-CPU machine with 15

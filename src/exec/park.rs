@@ -94,13 +94,14 @@ pub(crate) fn push_and_wake(ring: &ReadyRing, op: u32, wake: impl FnOnce(bool)) 
 }
 
 /// Workers of a pool of `workers` on a process with `cpus` CPUs that may
-/// spin at once: all of them while a CPU is left to the pushing threads
-/// ([`CPUS_FOR_PUSHERS`]), else as many as the CPUs less that; but never
-/// fewer than half the workers, nor than two (or all, if fewer). See the
-/// module docs ("States").
+/// spin at once: all of them while they leave [`CPUS_FOR_PUSHERS`] CPUs
+/// to the pushing threads, else half of them, but at least two (or all,
+/// if fewer). See the module docs ("States").
 pub(crate) fn max_spinners(workers: usize, cpus: usize) -> u32 {
-    let beside_pushers = workers.min(cpus.saturating_sub(CPUS_FOR_PUSHERS));
-    (workers / 2).max(2).max(beside_pushers).min(workers.max(1)) as u32
+    if workers + CPUS_FOR_PUSHERS <= cpus {
+        return workers.max(1) as u32;
+    }
+    (workers / 2).max(2).min(workers.max(1)) as u32
 }
 
 /// The sleep/wake rendezvous of one worker pool.
@@ -571,15 +572,15 @@ mod tests {
     use std::cell::Cell;
     use std::time::{Duration, Instant};
 
-    /// On two CPUs (these hosts), half the workers spin, but at least
-    /// two; with CPUs to spare beside the pusher's, every worker may, up
-    /// to the CPUs less one.
+    /// Every worker may spin while the pool leaves a CPU to the pushers;
+    /// otherwise (these two-CPU hosts' two workers, or as many workers as
+    /// CPUs) half of them, but at least two.
     #[test]
-    fn workers_spin_on_the_cpus_the_pushers_leave_but_at_least_half() {
+    fn every_worker_spins_while_a_cpu_is_left_else_half_but_at_least_two() {
         let two: Vec<u32> = [0, 1, 2, 3, 4, 8, 64].iter().map(|&w| max_spinners(w, 2)).collect();
         assert_eq!(two, [1, 1, 2, 2, 2, 4, 32]);
         let sixteen: Vec<u32> = [1, 2, 4, 8, 15, 16, 20, 64].iter().map(|&w| max_spinners(w, 16)).collect();
-        assert_eq!(sixteen, [1, 2, 4, 8, 15, 15, 15, 32]);
+        assert_eq!(sixteen, [1, 2, 4, 8, 15, 8, 10, 32]);
         assert_eq!(max_spinners(4, 1), 2, "one CPU: the half rule's two");
     }
 

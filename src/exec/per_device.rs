@@ -64,8 +64,8 @@
 //!
 //! # Waking
 //!
-//! Idle workers spin (all of them up to the CPUs less one, never fewer
-//! than half of them or two: `max_spinners`)
+//! Idle workers spin (all of them while the workers leave a CPU to the
+//! pushers, else half of them, at least two: `max_spinners`)
 //! and park (`park.rs`). Pushing to an injector or the priority pool wakes
 //! a parked worker unless one is spinning; a spinner that finds work wakes
 //! a parked worker before it takes it, since it may have been the only

@@ -80,16 +80,16 @@ def main():
     series, over = load(d)
     pushers1 = lambda pts: sorted((t, ns) for (t, p), ns in pts.items() if p == 1)
     # The pusher series' workers: those of its runs with several pushers.
-    workers_most = max((t for pts in series.values() for (t, p) in pts if p > 1),
+    pusher_workers = max((t for pts in series.values() for (t, p) in pts if p > 1),
                        default=max((t for pts in series.values() for (t, p) in pts), default=2))
-    by_pushers = lambda pts: sorted((p, ns) for (t, p), ns in pts.items() if t == workers_most)
+    by_pushers = lambda pts: sorted((p, ns) for (t, p), ns in pts.items() if t == pusher_workers)
     svg = ['<svg xmlns="http://www.w3.org/2000/svg" width="1100" height="340" font-family="sans-serif" font-size="11">']
     lines_w = [(f"{e} {wl} W={w}", pushers1(pts)) for (e, wl, w), pts in sorted(series.items()) if len(pushers1(pts)) > 0]
     lines_p = [(f"{e} {wl} W={w}", by_pushers(pts)) for (e, wl, w), pts in sorted(series.items()) if len(by_pushers(pts)) > 0]
     xs_w = sorted({t for _, pts in lines_w for t, _ in pts})
     xs_p = sorted({p for _, pts in lines_p for p, _ in pts})
     svg += panel(0, "ns/op against workers (one pusher)", xs_w, lines_w, "CPU workers")
-    svg += panel(560, f"ns/op against pushers ({workers_most} workers)", xs_p, lines_p, "pushing threads")
+    svg += panel(560, f"ns/op against pushers ({pusher_workers} workers)", xs_p, lines_p, "pushing threads")
     svg.append("</svg>")
     (d / "scaling.svg").write_text("\n".join(svg) + "\n")
     md = ["| engine | workload | W | " + " | ".join(f"{t} workers" for t in xs_w) + " | "
@@ -97,7 +97,7 @@ def main():
           "|---|---|---|" + "---|" * (len(xs_w) + len(xs_p))]
     for (e, wl, w), pts in sorted(series.items()):
         cells = [f"{pts[(t, 1)]:.1f}" if (t, 1) in pts else "" for t in xs_w]
-        cells += [f"{pts[(workers_most, p)]:.1f}" if (workers_most, p) in pts else "" for p in xs_p]
+        cells += [f"{pts[(pusher_workers, p)]:.1f}" if (pusher_workers, p) in pts else "" for p in xs_p]
         md.append(f"| {e} | {wl} | {w} | " + " | ".join(cells) + " |")
     targets = []
     slower = [(f"{e} {wl}", {t: pts[(t, 1)] / pts[(2, 1)] for t in xs_w if (t, 1) in pts})
@@ -110,11 +110,11 @@ def main():
     if floors:
         targets += [""] + ratio_table("W=1000, one pusher: ns/op over the floor of that many workers taken "
                                       "around each round (target on 15 workers: 1.15 or less)", xs_w, floors)
-    scale = [(f"{e} {wl} W={w}", {p: pts[(workers_most, 1)] / pts[(workers_most, p)]
-                                  for p in xs_p if (workers_most, p) in pts})
-             for (e, wl, w), pts in sorted(series.items()) if (workers_most, 1) in pts]
+    scale = [(f"{e} {wl} W={w}", {p: pts[(pusher_workers, 1)] / pts[(pusher_workers, p)]
+                                  for p in xs_p if (pusher_workers, p) in pts})
+             for (e, wl, w), pts in sorted(series.items()) if (pusher_workers, 1) in pts]
     if scale and len(xs_p) > 1:
-        targets += [""] + ratio_table(f"Throughput over one pusher's, {workers_most} workers "
+        targets += [""] + ratio_table(f"Throughput over one pusher's, {pusher_workers} workers "
                                       "(target: 8 pushers at least 5.00)", xs_p, scale)
     (d / "scaling.md").write_text("ns/op (lower is better)\n\n" + "\n".join(md + targets) + "\n")
     print(f"chart: {d / 'scaling.svg'}; table: {d / 'scaling.md'}")

@@ -182,8 +182,7 @@ pub(crate) fn probe(workers: usize) -> MachineState {
 /// with W > 0, at its W, for that round's floor. The side-by-side figure
 /// runs on `workers` threads, at most this process's CPUs and at least one.
 pub(crate) fn bodies(round_trip_ns: Option<f64>, weight: u32, workers: usize) -> MachineState {
-    let cpus = core_affinity::get_core_ids().map_or(1, |c| c.len());
-    let workers = workers.clamp(1, cpus.max(1));
+    let workers = floor_workers(workers);
     MachineState {
         round_trip_ns,
         written_lines: None,
@@ -192,6 +191,21 @@ pub(crate) fn bodies(round_trip_ns: Option<f64>, weight: u32, workers: usize) ->
         body_ns: one_thread_body_ns(weight),
         workers,
         side_by_side_ns: side_by_side_body_ns(weight, workers),
+    }
+}
+
+/// The threads the side-by-side figure of a run with `workers` workers
+/// runs on: at most this process's CPUs, at least one.
+pub(crate) fn floor_workers(workers: usize) -> usize {
+    let cpus = core_affinity::get_core_ids().map_or(1, |c| c.len());
+    workers.clamp(1, cpus.max(1))
+}
+
+/// What the floor of `workers` threads is called in the output.
+pub(crate) fn floor_name(workers: usize) -> String {
+    match workers {
+        2 => "two-worker floor".to_owned(),
+        n => format!("{n}-worker floor"),
     }
 }
 

@@ -64,11 +64,9 @@ fn floor(states: [Option<&MachineState>; 2]) -> Option<(f64, &'static str)> {
 /// What the floor of a run whose probes split the bodies over `workers`
 /// threads is called, and its target (the two-core hosts' figure, or
 /// the many-core one of issue 65's 16-core rows).
-fn floor_name(workers: usize) -> (String, &'static str) {
-    match workers {
-        2 => ("the two-worker floor".to_owned(), "target: 1.10 or less"),
-        n => (format!("the {n}-worker floor"), "target on many cores: 1.15 or less"),
-    }
+fn floor_and_target(workers: usize) -> (String, &'static str) {
+    let target = if workers == 2 { "target: 1.10 or less" } else { "target on many cores: 1.15 or less" };
+    (format!("the {}", crate::probe::floor_name(workers)), target)
 }
 
 /// The section, or nothing if the run has none of the rows it reads.
@@ -103,7 +101,7 @@ pub(crate) fn markdown(rows: &[Row], states: [Option<&MachineState>; 2], side: &
             (ONE_CPU_FLOOR.to_owned(), "the target, 1.10 or less, is for two CPUs and more")
         } else {
             let workers = states.iter().flatten().map(|st| st.workers).max().unwrap_or(2);
-            floor_name(workers)
+            floor_and_target(workers)
         };
         let _ = writeln!(
             s,

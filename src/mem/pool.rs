@@ -247,6 +247,13 @@ pub(crate) fn segment_len(seg: usize) -> usize {
     (SEGMENT_BASE as usize) << seg
 }
 
+/// The span of memory within which two cores' writes slow each other down:
+/// a cache line, or on x86-64 the pair of lines that the adjacent-line
+/// prefetcher fetches together (the alignment of crossbeam's
+/// `CachePadded`, 128 bytes there). [`Pool::take_fresh_group`] hands out
+/// indices a span at a time.
+pub(crate) const GROUP_BYTES: usize = std::mem::align_of::<CachePadded<u8>>();
+
 /// The address space a pool reserves for its flat segments, at most:
 /// half a million operation blocks (448 bytes each) or two million
 /// variables, far past what an engine holds at its default pending cap,
@@ -377,6 +384,17 @@ impl<T: Pooled> Pool<T> {
         self.take_fresh()
     }
 
+    /// Takes an index from the free list; `NIL` when it is empty. (If it
+    /// empties between the look and the take, a fresh index: any index
+    /// is a valid answer.)
+    #[inline]
+    pub(crate) fn take_listed(&self) -> u32 {
+        if self.free.load(Ordering::Acquire) as u32 == NIL {
+            return NIL;
+        }
+        self.take()
+    }
+
     /// Takes a never-used index (the free list was empty): warm-up only.
     #[cold]
     #[inline(never)]
@@ -387,6 +405,59 @@ impl<T: Pooled> Pool<T> {
         self.ensure_segment(seg);
         self.slot(index).set_owned(index, true);
         index
+    }
+
+    /// How many consecutive indices make a group: the fewest whose slots
+    /// fill whole [`GROUP_BYTES`] spans (8 variable blocks of 16 bytes; 32
+    /// slots of 20 bytes in a debug build, 5 spans). 1 where that would be
+    /// more than a sweep word's 64 indices, and under loom.
+    pub(crate) const fn group_len() -> u32 {
+        let slot = std::mem::size_of::<Slot<T>>();
+        // gcd(slot, GROUP_BYTES): at least 1, as GROUP_BYTES is.
+        let (mut a, mut b) = (GROUP_BYTES, slot);
+        while b != 0 {
+            (a, b) = (b, a % b);
+        }
+        let n = GROUP_BYTES / a;
+        if cfg!(depengine_loom) || n > 64 {
+            1
+        } else {
+            n as u32
+        }
+    }
+
+    /// Takes [`group_len`](Self::group_len) never-used indices in a row,
+    /// the first a multiple of it, and returns the first; none is handed
+    /// out yet (the caller hands them out, marking each owned as it goes).
+    /// Their values fill whole [`GROUP_BYTES`] spans, aligned where they lie
+    /// in the flat reservation (page-aligned; a heap segment is only as
+    /// aligned as its values): a taker that hands them all to one thread
+    /// shares none of their lines with any other taker. The indices
+    /// skipped to align the group go to the free list.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn take_fresh_group(&self) -> u32 {
+        let n = Self::group_len();
+        let mut fresh = self.fresh.load(Ordering::Relaxed);
+        let first = loop {
+            let first = fresh.next_multiple_of(n);
+            assert!(first <= INDEX_LIMIT - n, "depengine: object pool exhausted");
+            match self.fresh.compare_exchange_weak(fresh, first + n, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => break first,
+                Err(now) => fresh = now,
+            }
+        };
+        // A segment's length and start are multiples of the group's.
+        debug_assert_eq!(segment_of(first), segment_of(first + n - 1));
+        let seg = segment_of(first + n - 1);
+        assert!(seg < SEGMENTS, "depengine: object pool exhausted");
+        self.ensure_segment(seg);
+        for skipped in fresh..first {
+            self.ensure_segment(segment_of(skipped));
+            self.slot(skipped).set_owned(skipped, true);
+            self.give(skipped);
+        }
+        first
     }
 
     #[cold]
@@ -932,6 +1003,35 @@ mod tests {
             if expected.1 == segment_len(expected.0) {
                 expected = (expected.0 + 1, 0);
             }
+        }
+    }
+
+    /// A fresh group starts at a multiple of its length, fills whole
+    /// `GROUP_BYTES` spans, and the indices skipped to align it are free
+    /// (taken again first) rather than lost.
+    #[test]
+    fn a_fresh_group_is_aligned_and_loses_no_index() {
+        let n = Pool::<Tagged>::group_len();
+        assert!(n > 1, "Tagged's slots are grouped");
+        assert_eq!(n as usize * std::mem::size_of::<Slot<Tagged>>() % GROUP_BYTES, 0);
+        for pool in layouts() {
+            let singles: Vec<u32> = (0..3).map(|_| pool.take()).collect();
+            let first = pool.take_fresh_group();
+            assert_eq!(first, n, "the first multiple of {n} past the singles");
+            assert_eq!(pool.live(), 3 + n as usize, "the skipped indices are free, the group not");
+            let skipped: HashSet<u32> = (0..n - 3).map(|_| pool.take()).collect();
+            assert_eq!(skipped, (3..n).collect(), "the skipped indices come back first");
+            assert_eq!(pool.take(), 2 * n, "then fresh ones, past the group");
+            let second = pool.take_fresh_group();
+            assert_eq!(second, 3 * n);
+            for i in (first..first + n).chain(second..second + n) {
+                pool.mark_owned(i, true);
+                pool.give(i);
+            }
+            for i in singles.into_iter().chain(skipped).chain([2 * n]) {
+                pool.give(i);
+            }
+            assert_eq!(pool.live(), 0);
         }
     }
 

@@ -25,6 +25,14 @@
 //! variable blocks per engine. perf/journal/2026-11-25.md, "Changes of 2026-11-25", has the
 //! figures.
 //!
+//! Whatever the pool serves a cache fresh comes a group at a time: the
+//! indices of one 128-byte span ([`Pool::take_fresh_group`]), handed out
+//! by that cache alone as a claimed word's are. A claimed word is one
+//! cache's too, so two dispatch shards' combiners (two pushing threads)
+//! never get blocks that share a line, and neither do the sentinels
+//! their variables keep while their pushes run directly
+//! ([`SweepCache::take_from_pool`] has the figures).
+//!
 //! # Invariants
 //!
 //! - A bit is set only by the index's owner, which gives up the index by
@@ -44,7 +52,7 @@
 //! as the round had words, so that a set with nothing in it costs at most
 //! about one word per take.
 
-use crate::mem::pool::{segment_len, segment_of, segment_start, Pool, Pooled, SEGMENTS, SEGMENT_BASE};
+use crate::mem::pool::{segment_len, segment_of, segment_start, Pool, Pooled, NIL, SEGMENTS, SEGMENT_BASE};
 use crate::sync::{AtomicPtr, AtomicU64, Ordering};
 use std::ptr;
 
@@ -249,12 +257,12 @@ pub(crate) struct SweepCache {
 
 impl SweepCache {
     /// Takes an index: the next claimed one in index order, else one from
-    /// the pool (its free list, else a fresh one) while the pool is
+    /// the pool (its free list, else a fresh group) while the pool is
     /// smaller than its `sweep_from` or after a round that found nothing.
     #[inline]
     pub(crate) fn take<T: Pooled>(&mut self, pool: &Pool<T>) -> u32 {
         if self.bits == 0 && !self.claim(pool) {
-            return pool.take();
+            return self.take_from_pool(pool);
         }
         let index = self.first + self.bits.trailing_zeros();
         self.bits &= self.bits - 1;
@@ -263,6 +271,37 @@ impl SweepCache {
             pool.prefetch(self.first + self.bits.trailing_zeros());
         }
         index
+    }
+
+    /// A take that the pool serves: a freed index from its free list, else
+    /// a fresh group ([`Pool::take_fresh_group`]), whose first index it
+    /// hands out now and the rest on the next takes, as it would a claimed
+    /// word's. One index at a time, fresh takes of two caches (two dispatch
+    /// shards, each its pushing thread's) alternated: four variable blocks
+    /// share a line, and where two pushers' variables each had such a
+    /// block for its sentinel, each push waited for the line to come back
+    /// from the other pusher's core (two pushers' `chain` running on the
+    /// pusher: 13–15 ns/op, or 23–44 in a run where the two sentinels
+    /// shared a line; perf/journal/2026-11-30-scale-out.md).
+    #[cold]
+    #[inline(never)]
+    fn take_from_pool<T: Pooled>(&mut self, pool: &Pool<T>) -> u32 {
+        let listed = pool.take_listed();
+        if listed != NIL {
+            return listed;
+        }
+        let first = pool.take_fresh_group();
+        let n = Pool::<T>::group_len();
+        if n > 1 {
+            // The group lies in one word of the set (64 is a multiple of
+            // its length): the rest are handed out as a claimed word's
+            // bits, and `give_back` returns what is left to the set.
+            let start = word_start(first);
+            self.first = start;
+            self.bits = (u64::MAX >> (WORD_BITS - n)) << (first - start) & !(1 << (first - start));
+        }
+        pool.mark_owned(first, true);
+        first
     }
 
     /// Moves on through the set until a word with bits is claimed; `false`
@@ -349,8 +388,10 @@ mod tests {
         assert_eq!(pool.swept().len(), 100);
         let mut cache = SweepCache::default();
         let i = cache.take(&pool);
-        assert_eq!(i, 100, "below `sweep_from` a take is fresh");
+        let n = Pool::<Tagged>::group_len();
+        assert_eq!(i, 100u32.next_multiple_of(n), "below `sweep_from` a take is fresh: a group's first");
         pool.give(i);
+        cache.give_back(&pool);
     }
 
     /// Past `sweep_from`, given-up indices come back once each, in index
@@ -379,6 +420,35 @@ mod tests {
         for i in got.into_iter().chain([fresh]) {
             pool.give(i);
         }
+    }
+
+    /// Two caches (two dispatch shards' combiners) that the pool serves in
+    /// turns, as while a two-pusher program warms up, never hand out
+    /// indices of one `GROUP_BYTES` span between them: no spare or
+    /// sentinel of one shares a line with one of the other's.
+    #[test]
+    fn two_caches_served_by_the_pool_share_no_span() {
+        let (pool, all) = pool_of(10);
+        let n = Pool::<Tagged>::group_len();
+        assert!(n > 1, "Tagged's slots are grouped");
+        let span = |i: u32| i / n;
+        let (mut a, mut b) = (SweepCache::default(), SweepCache::default());
+        let (mut from_a, mut from_b) = (Vec::new(), Vec::new());
+        for _ in 0..5 * n {
+            from_a.push(a.take(&pool));
+            from_b.push(b.take(&pool));
+        }
+        let spans_a: HashSet<u32> = from_a.iter().map(|&i| span(i)).collect();
+        let spans_b: HashSet<u32> = from_b.iter().map(|&i| span(i)).collect();
+        assert!(spans_a.is_disjoint(&spans_b), "shared spans: {from_a:?} {from_b:?}");
+        let handed: HashSet<u32> = from_a.iter().chain(&from_b).chain(&all).copied().collect();
+        assert_eq!(handed.len(), all.len() + 10 * n as usize, "each index handed out once");
+        a.give_back(&pool);
+        b.give_back(&pool);
+        for i in handed {
+            pool.give(i);
+        }
+        assert_eq!(pool.live(), 0, "whatever the caches held is free again");
     }
 
     #[test]

@@ -3,10 +3,13 @@
 //! 200,000 empty operations that write its own variable (or, with
 //! `shared`, all the same one); prints the best of four runs in ns per
 //! operation, with whether `membarrier` was in use (`src/sync/barrier.rs`).
+//! An engine named with `+pusher` runs on the pusher
+//! (`EngineBuilder::run_on_pusher`), as the harness's engines of that name.
 //!
 //! ```text
-//! cargo run --release --example pushers -- [per_device|pooled] [PUSHERS] [shared]
+//! cargo run --release --example pushers -- [per_device|pooled][+pusher] [PUSHERS] [shared]
 //! DEPENGINE_MEMBARRIER=0 cargo run --release --example pushers -- pooled 4
+//! cargo run --release --example pushers -- per_device+pusher 2 shared
 //! ```
 
 use depengine::{Engine, EngineKind};
@@ -17,14 +20,16 @@ const PUSHES: usize = 200_000;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let kind = match args.first().map(String::as_str) {
-        Some("pooled") => EngineKind::Pooled,
-        Some("naive") => EngineKind::Naive,
+    let name = args.first().map_or("per_device", String::as_str);
+    let (name, on_pusher) = name.strip_suffix("+pusher").map_or((name, false), |n| (n, true));
+    let kind = match name {
+        "pooled" => EngineKind::Pooled,
+        "naive" => EngineKind::Naive,
         _ => EngineKind::PerDevice,
     };
     let pushers: usize = args.get(1).map_or(2, |s| s.parse().expect("PUSHERS: a number"));
     let shared = args.get(2).is_some_and(|s| s == "shared");
-    let engine = Arc::new(Engine::builder().kind(kind).build().unwrap());
+    let engine = Arc::new(Engine::builder().kind(kind).run_on_pusher(on_pusher).build().unwrap());
     let vars: Vec<_> = (0..pushers).map(|_| engine.new_var()).collect();
     let mut best = f64::MAX;
     for _ in 0..4 {
@@ -43,7 +48,8 @@ fn main() {
         best = best.min(start.elapsed().as_nanos() as f64 / (PUSHES * pushers) as f64);
     }
     println!(
-        "{kind:?}: {pushers} pushers, {} variables, membarrier {}: {best:.1} ns/op (best of 4)",
+        "{kind:?}{}: {pushers} pushers, {} variables, membarrier {}: {best:.1} ns/op (best of 4)",
+        if on_pusher { " running on the pusher" } else { "" },
         if shared { "one shared" } else { "their own" },
         if engine.stats().membarrier { "on" } else { "off" },
     );

@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 seconds=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-"schedule api_misuse"}
+targets=${FUZZ_TARGETS:-"schedule api_misuse pushers"}
 sanitizer=${FUZZ_SANITIZER:-none}
 if [[ "$sanitizer" != none ]]; then
   # cargo-fuzz passes -Zsanitizer, an unstable flag; stable rustc accepts it

@@ -673,10 +673,7 @@ fn measure_row(o: &Options, wl_name: &str, w: u32, n: usize, wl: Option<&Workloa
     }
     if !state.floors.is_empty() {
         let each: Vec<String> = state.floors.iter().map(|f| format!("{f:.0}")).collect();
-        let floor_is = match probe::floor_workers(o.threads) {
-            1 => "floor of one CPU (one body per operation)".to_owned(),
-            n => probe::floor_name(n),
-        };
+        let floor_is = probe::floor_name(probe::floor_workers(o.threads));
         println!(
             "    {floor_is} around each round: {} ns/body; ns/op ÷ its round's floor, median: {}",
             each.join(", "),

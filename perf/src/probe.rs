@@ -204,6 +204,7 @@ pub(crate) fn floor_workers(workers: usize) -> usize {
 /// What the floor of `workers` threads is called in the output.
 pub(crate) fn floor_name(workers: usize) -> String {
     match workers {
+        1 => "one-worker floor (one body per operation)".to_owned(),
         2 => "two-worker floor".to_owned(),
         n => format!("{n}-worker floor"),
     }
@@ -482,6 +483,15 @@ mod tests {
         assert_eq!(bodies(None, 50, 0).workers, 1);
         let one = bodies(None, 50, 1);
         assert!(one.side_by_side_ns > 0.1 && one.side_by_side_ns.is_finite(), "{one}");
+    }
+
+    /// The floor is named by its workers, one included (`--threads 1`
+    /// on a larger machine: one worker, not one CPU).
+    #[test]
+    fn the_floor_is_named_by_its_workers() {
+        assert_eq!(floor_name(1), "one-worker floor (one body per operation)");
+        assert_eq!(floor_name(2), "two-worker floor");
+        assert_eq!(floor_name(15), "15-worker floor");
     }
 
     /// The hand-over probe pins only threads of its own: the caller may

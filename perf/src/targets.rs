@@ -65,7 +65,11 @@ fn floor(states: [Option<&MachineState>; 2]) -> Option<(f64, &'static str)> {
 /// threads is called, and its target (the two-core hosts' figure, or
 /// the many-core one of issue 65's 16-core rows).
 fn floor_and_target(workers: usize) -> (String, &'static str) {
-    let target = if workers == 2 { "target: 1.10 or less" } else { "target on many cores: 1.15 or less" };
+    let target = match workers {
+        1 => "the target is for two workers and more",
+        2 => "target: 1.10 or less",
+        _ => "target on many cores: 1.15 or less",
+    };
     (format!("the {}", crate::probe::floor_name(workers)), target)
 }
 

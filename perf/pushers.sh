@@ -11,6 +11,8 @@
 #       --engines per_device,per_device+pusher
 #       --workloads nodeps,chain,chains64,random --w 0 --n 400000 --reps 3
 #   BIN=/tmp/old/depengine-perf perf/pushers.sh 6 2   another build
+#   perf/pushers.sh 10 2 -- <the arguments above> --share   P pushers on one
+#       set of variables (the shared-variable target: `chain` is one variable)
 #
 # The raw rounds are kept in $PUSHERS_RAW (default: a temporary file).
 set -euo pipefail
@@ -35,7 +37,7 @@ for ((r = 1; r <= rounds; r++)); do
     for p in 1 "$pushers"; do
         # Rows: "<engine>[+Npushers] <workload> <W> <N> <ns/op> …".
         "$BIN" --no-probe "${args[@]}" --pushers "$p" 2>/dev/null |
-            awk -v p="$p" '$5 ~ /^[0-9.]+$/ && $3 ~ /^[0-9]+$/ { sub(/\+[0-9]+pushers$/, "", $1); print p, $1, $2, $3, $5 }' >>"$raw"
+            awk -v p="$p" '$5 ~ /^[0-9.]+$/ && $3 ~ /^[0-9]+$/ { sub(/\+[0-9]+pushers(-shared)?$/, "", $1); print p, $1, $2, $3, $5 }' >>"$raw"
     done
 done
 PUSHERS="$pushers" python3 - "$raw" <<'EOF'

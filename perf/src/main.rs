@@ -19,6 +19,8 @@
 //!   --pushers P                P threads push each throughput row at once, each
 //!                              the whole workload on variables of its own; ns/op
 //!                              over all their operations (default: 1)
+//!   --share                    with --pushers, all P threads push on one set of
+//!                              variables (the row is named …+Ppushers-shared)
 //!   --peer NAME=PATH           a peer binary from shared/peers/cxx (repeatable); it
 //!                              runs right after our engines on each row, and its
 //!                              ratio to each engine is printed under the row
@@ -144,6 +146,8 @@ struct Options {
     /// `--pushers`: threads pushing each throughput row at once, each its
     /// own copy of the workload on variables of its own.
     pushers: usize,
+    /// `--share`: the pushers push on one set of variables.
+    share: bool,
     peers: Vec<(String, String)>,
     json: Option<String>,
     svg: Option<String>,
@@ -179,6 +183,7 @@ fn parse_args() -> Options {
         spin_us: None,
         bulk: 0,
         pushers: 1,
+        share: false,
         peers: Vec::new(),
         json: None,
         svg: None,
@@ -215,6 +220,7 @@ fn parse_args() -> Options {
             "--timeline" => o.timeline = Some(val().into()),
             "--bulk" => o.bulk = val().parse().unwrap_or_else(|_| usage("bad --bulk")),
             "--pushers" => o.pushers = val().parse().ok().filter(|&p| p > 0).unwrap_or_else(|| usage("bad --pushers")),
+            "--share" => o.share = true,
             "--peer" => {
                 let v = val();
                 let (name, path) = v.split_once('=').unwrap_or_else(|| usage("--peer takes NAME=PATH"));
@@ -354,7 +360,7 @@ fn throughput(kind: Ours, wl: &Workload, w: u32, o: &Options) -> Row {
     engine.set_bulk_size(0).expect("bulk size");
     let mut name = if o.bulk > 1 { format!("{}+bulk{}", kind.name(), o.bulk) } else { kind.name().to_owned() };
     if o.pushers > 1 {
-        name = format!("{name}+{}pushers", o.pushers);
+        name = format!("{name}+{}pushers{}", o.pushers, if o.share { "-shared" } else { "" });
     }
     let reps = times.clone();
     Row {
@@ -383,8 +389,9 @@ fn ops_per_row(o: &Options, w: u32) -> usize {
 }
 
 /// One timed repetition with `--pushers` threads: each pushes all of `wl`
-/// on its own slice of `vars` (the last on this thread, which then waits
-/// for all). Returns ns per operation over all of them. (Each repetition
+/// on its own slice of `vars`, or with `--share` all on the first (the
+/// last on this thread, which then waits for all). Returns ns per
+/// operation over all of them. (Each repetition
 /// starts its threads: a few allocations a repetition, which the
 /// allocations column shows over a million operations as 0.000.)
 fn timed_rep_pushers(engine: &Engine, wl: &Workload, vars: &[Var], w: u32, o: &Options) -> f64 {
@@ -392,7 +399,8 @@ fn timed_rep_pushers(engine: &Engine, wl: &Workload, vars: &[Var], w: u32, o: &O
     let start = std::sync::Barrier::new(o.pushers);
     let t0 = std::thread::scope(|s| {
         for p in 1..o.pushers {
-            let (start, mine) = (&start, &vars[p * per..(p + 1) * per]);
+            let first = if o.share { 0 } else { p * per };
+            let (start, mine) = (&start, &vars[first..first + per]);
             s.spawn(move || {
                 start.wait();
                 wl.push_all(engine, mine, w);

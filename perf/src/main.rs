@@ -332,28 +332,36 @@ fn throughput(kind: Ours, wl: &Workload, w: u32, o: &Options) -> Row {
     let mut times = Vec::new();
     let mut allocs = Vec::new();
     reset_peak_rss();
-    let mut cpu_before = None;
+    let (mut cpu_before, mut cpu) = (None, None);
     // Bodies of W=0 rows do not look at the timeline.
     let timeline = o.timeline.as_ref().filter(|_| w > 0 && timeline::on());
-    for rep in 0..=o.reps {
-        if timeline.is_some() {
-            timeline::arm(wl.ops.len());
+    // The other pushing threads live as long as the row, as a program's
+    // pushing threads do: their thread slots, home shards and paces
+    // carry over from one repetition to the next.
+    with_crew(&engine, wl, &vars, w, o, |crew| {
+        for rep in 0..=o.reps {
+            if timeline.is_some() {
+                timeline::arm(wl.ops.len());
+            }
+            let a0 = allocations();
+            let ns_per_op = match crew {
+                Some(crew) => timed_rep_pushers(&engine, wl, &vars, w, crew),
+                None => timed_rep(&engine, wl, &vars, w),
+            };
+            timeline::disarm();
+            let da = (allocations() - a0) as f64;
+            if rep > 0 {
+                times.push(ns_per_op);
+                allocs.push(da / wl.ops.len() as f64);
+                turns::hand_over();
+            } else if o.stats {
+                // Outside every window that counts allocations.
+                cpu_before = Some((thread_cpu(), Instant::now()));
+            }
         }
-        let a0 = allocations();
-        let ns_per_op =
-            if o.pushers > 1 { timed_rep_pushers(&engine, wl, &vars, w, o) } else { timed_rep(&engine, wl, &vars, w) };
-        timeline::disarm();
-        let da = (allocations() - a0) as f64;
-        if rep > 0 {
-            times.push(ns_per_op);
-            allocs.push(da / wl.ops.len() as f64);
-            turns::hand_over();
-        } else if o.stats {
-            // Outside every window that counts allocations.
-            cpu_before = Some((thread_cpu(), Instant::now()));
-        }
-    }
-    let cpu = cpu_before.map(|(before, t)| cpu_shares(&before, &thread_cpu(), t.elapsed()));
+        // While the crew still lives, so that its threads count.
+        cpu = cpu_before.take().map(|(before, t)| cpu_shares(&before, &thread_cpu(), t.elapsed()));
+    });
     if let Some(dir) = timeline {
         timeline::write(dir, &format!("{}-{}-w{w}", kind.name(), wl.name), wl.ops.len());
     }
@@ -388,31 +396,68 @@ fn ops_per_row(o: &Options, w: u32) -> usize {
     o.n.unwrap_or(if o.quick { default_n / 100 } else { default_n })
 }
 
-/// One timed repetition with `--pushers` threads: each pushes all of `wl`
-/// on its own slice of `vars`, or with `--share` all on the first (the
-/// last on this thread, which then waits for all). Returns ns per
-/// operation over all of them. (Each repetition
-/// starts its threads: a few allocations a repetition, which the
-/// allocations column shows over a million operations as 0.000.)
-fn timed_rep_pushers(engine: &Engine, wl: &Workload, vars: &[Var], w: u32, o: &Options) -> f64 {
+/// The `--pushers` threads of one row besides the calling one: started
+/// once, each repetition let go together and waited for.
+struct Crew {
+    pushers: usize,
+    start: std::sync::Barrier,
+    done: std::sync::Barrier,
+    stop: std::sync::atomic::AtomicBool,
+}
+
+/// Runs `row` with the row's crew (`None` with one pusher): threads
+/// `pusher-1` … each push all of `wl` per repetition on their own slice of
+/// `vars`, or with `--share` all on the first, and end with the row.
+fn with_crew(engine: &Engine, wl: &Workload, vars: &[Var], w: u32, o: &Options, row: impl FnOnce(Option<&Crew>)) {
+    if o.pushers == 1 {
+        return row(None);
+    }
+    let crew = Crew {
+        pushers: o.pushers,
+        start: std::sync::Barrier::new(o.pushers),
+        done: std::sync::Barrier::new(o.pushers),
+        stop: std::sync::atomic::AtomicBool::new(false),
+    };
     let per = wl.vars;
-    let start = std::sync::Barrier::new(o.pushers);
-    let t0 = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         for p in 1..o.pushers {
             let first = if o.share { 0 } else { p * per };
-            let (start, mine) = (&start, &vars[first..first + per]);
-            s.spawn(move || {
-                start.wait();
-                wl.push_all(engine, mine, w);
-            });
+            let (crew, mine) = (&crew, &vars[first..first + per]);
+            std::thread::Builder::new()
+                .name(format!("pusher-{p}"))
+                .spawn_scoped(s, move || loop {
+                    crew.start.wait();
+                    if crew.stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        return;
+                    }
+                    // The crew's barriers would wait forever for a
+                    // thread that panicked: end the run instead.
+                    let pushed =
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| wl.push_all(engine, mine, w)));
+                    if pushed.is_err() {
+                        eprintln!("depengine-perf: pushing thread {p} panicked");
+                        std::process::exit(1);
+                    }
+                    crew.done.wait();
+                })
+                .expect("a pushing thread");
         }
-        start.wait();
-        let t0 = Instant::now();
-        wl.push_all(engine, &vars[..per], w);
-        t0
+        row(Some(&crew));
+        crew.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        crew.start.wait();
     });
+}
+
+/// One timed repetition with the crew's threads: each pushes all of `wl`,
+/// this thread on the first slice of `vars`, then waits for all. Returns
+/// ns per operation over all of them.
+fn timed_rep_pushers(engine: &Engine, wl: &Workload, vars: &[Var], w: u32, crew: &Crew) -> f64 {
+    crew.start.wait();
+    let t0 = Instant::now();
+    wl.push_all(engine, &vars[..wl.vars], w);
+    crew.done.wait();
     engine.wait_all().expect("workload failed");
-    t0.elapsed().as_nanos() as f64 / (wl.ops.len() * o.pushers) as f64
+    t0.elapsed().as_nanos() as f64 / (wl.ops.len() * crew.pushers) as f64
 }
 
 /// One timed repetition: every operation of `wl` pushed, then waited for.

@@ -1110,6 +1110,41 @@ mod tests {
         }
     }
 
+    /// Fresh groups taken while other threads take and give single
+    /// indices: every group aligned, no index handed out twice (a tag
+    /// overwritten under its owner), none lost.
+    #[test]
+    fn stress_fresh_groups_among_single_takes() {
+        const ROUNDS: u32 = if cfg!(miri) { 20 } else { 5_000 };
+        let n = Pool::<Tagged>::group_len();
+        for pool in layouts() {
+            std::thread::scope(|s| {
+                for t in 0..4u32 {
+                    let pool = &pool;
+                    s.spawn(move || {
+                        for round in 0..ROUNDS {
+                            let tag = (t << 24) | (round & 0xFF_FFFF);
+                            let taken: Vec<u32> = if t % 2 == 0 {
+                                let first = pool.take_fresh_group();
+                                assert_eq!(first % n, 0, "group at {first}");
+                                (first..first + n).inspect(|&i| pool.mark_owned(i, true)).collect()
+                            } else {
+                                vec![pool.take(), pool.take()]
+                            };
+                            taken.iter().for_each(|&i| pool.get(i).tag.store(tag, Ordering::Relaxed));
+                            std::hint::spin_loop();
+                            for &i in &taken {
+                                assert_eq!(pool.get(i).tag.load(Ordering::Relaxed), tag, "index {i} handed out twice");
+                                pool.give(i);
+                            }
+                        }
+                    });
+                }
+            });
+            assert_eq!(pool.live(), 0);
+        }
+    }
+
     /// The free list's ABA race: a taker reads the head and its successor,
     /// is preempted, and meanwhile others take both and give the head back;
     /// without the tag its CAS would succeed and hand out an index another

@@ -268,10 +268,17 @@ impl Core {
         // count and the park), each waiting for every store before it, the
         // body's included. Taking the combiner again costs about one of
         // them: it pays from two on (perf/journal/2026-11-27.md, "direct
-        // runs, a stint's operations with no block").
+        // runs, a stint's operations with no block"; a lone write tried
+        // again on 2026-11-30: 1.14). Two or more: more than one access,
+        // or a read. (A match, not a sum over `deps`: 17-38 instructions
+        // fewer a direct run, `DIRECT=1 perf/instructions.sh`.)
         let mut released = 0u32; // bit i: deps[i]
-        let locked: usize = deps.iter().map(|d| if d.writes() { 1 } else { 2 }).sum();
-        if locked >= 2 {
+        let locked_twice = match deps {
+            [] => false,
+            [d] => !d.writes(),
+            _ => true,
+        };
+        if locked_twice {
             self.release_at_once(grant, &mut released);
         }
         let rest = grant.deps_and_slots().enumerate().filter(|&(i, _)| released & (1 << i) == 0).map(|(_, d)| d);

@@ -40,6 +40,11 @@
 # (`core/direct_run.rs`), and divides the pushing thread's `measure_row`
 # by the operations pushed.
 #
+#   LINES=40 perf/instructions.sh random   also the 40 source lines that cost
+#       the most instructions an operation (perf/lines.py: each instruction
+#       given to the innermost frame of its inline chain in our sources;
+#       with WORKER=1, DIRECT=1 or PUSHER=1 too)
+#
 #   PUSHER=1 perf/instructions.sh random   per_device's pushing thread
 #
 # runs per_device (the default engine, running on the pusher off) with one
@@ -65,10 +70,17 @@ if [[ -z "${BIN:-}" ]]; then
 fi
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
+# With LINES=N: what perf/lines.py needs, and a call of it on the chosen
+# thread's profile, OPS operations.
+dump=()
+[[ -n "${LINES:-}" ]] && dump=(--dump-instr=yes --compress-pos=no --compress-strings=no)
+lines() { # profile ops
+    [[ -z "${LINES:-}" ]] || python3 perf/lines.py "$1" "$BIN" "$2" "$LINES"
+}
 if [[ "${WORKER:-0}" == 1 ]]; then
     printf '%-10s %12s %10s\n' workload "worker instr/op" "ops"
     for one in ${@:-chain}; do
-        stats=$(valgrind --tool=callgrind --fair-sched=yes --separate-threads=yes \
+        stats=$(valgrind --tool=callgrind --fair-sched=yes --separate-threads=yes "${dump[@]}" \
             --callgrind-out-file="$out/$one" "$BIN" --no-probe --engines per_device --threads 1 \
             --workloads "$one" --w 0 --n "$N" --reps 1 --stats 2>&1 | grep -o 'ran [0-9]* on workers')
         ran=${stats//[^0-9]/}
@@ -84,6 +96,7 @@ if [[ "${WORKER:-0}" == 1 ]]; then
         fi
         total=$(callgrind_annotate "$worker" 2>/dev/null | grep 'PROGRAM TOTALS' | awk '{gsub(",", "", $1); print $1}')
         awk -v t="$total" -v n="$ran" -v w="$one" 'BEGIN { printf "%-10s %12.1f %10d\n", w, t / n, n }'
+        lines "$worker" "$ran"
     done
     exit 0
 fi
@@ -98,20 +111,22 @@ printf '%-10s %12s\n' workload "instr/op"
 for w in "${@:-nodeps chain chains64 fanout random layered}"; do
     for one in $w; do
         # shellcheck disable=SC2086 # $engine is the engine and its options
-        valgrind --tool=callgrind --fair-sched=yes --separate-threads=yes --callgrind-out-file="$out/$one" \
+        valgrind --tool=callgrind --fair-sched=yes --separate-threads=yes "${dump[@]}" --callgrind-out-file="$out/$one" \
             "$BIN" --no-probe --engines $engine --workloads "$one" --w 0 --n "$N" --reps 1 >/dev/null 2>&1
         # The pushing thread's file: the one whose count of $FUNC is the
         # largest (a worker's runs none of it).
         total=""
+        pushing=""
         for f in "$out/$one"-*; do
             t=$(callgrind_annotate --inclusive=yes "$f" 2>/dev/null |
                 grep -F "$FUNC" | grep -v '=>' | head -1 | awk '{gsub(",", "", $1); print $1}' || true)
-            if [[ -n "$t" && ( -z "$total" || "$t" -gt "$total" ) ]]; then total=$t; fi
+            if [[ -n "$t" && ( -z "$total" || "$t" -gt "$total" ) ]]; then total=$t; pushing=$f; fi
         done
         if [[ -z "$total" ]]; then
             echo "perf/instructions.sh: no samples for $FUNC in $one" >&2
             exit 1
         fi
         awk -v t="$total" -v n="$N" -v w="$one" 'BEGIN { printf "%-10s %12.1f\n", w, t / (2 * n) }'
+        lines "$pushing" "$((2 * N))"
     done
 done

@@ -283,10 +283,6 @@ impl Core {
         if let Some(failure) = &failure {
             self.record_failure(failure);
         }
-        for (_, slot) in grant.deps_and_slots().filter(|(d, _)| d.writes()) {
-            // SAFETY: the grant holds this write.
-            unsafe { slot.finish_write(failure.as_ref(), &self.vars.failures_held) };
-        }
         // As the combiner, release at once each access that nothing waits
         // behind: plain stores, where completing it the usual way takes a
         // locked instruction per write (the park) and two per read (the
@@ -304,12 +300,21 @@ impl Core {
             _ => true,
         };
         if locked_twice {
+            // Each write's outcome is recorded before any access goes:
+            // one released at once grants nobody, but the next access
+            // granted at its sentinel reads it.
+            for (_, slot) in grant.deps_and_slots().filter(|(d, _)| d.writes()) {
+                // SAFETY: the grant holds this write.
+                unsafe { slot.finish_write(failure.as_ref(), &self.vars.failures_held) };
+            }
             self.release_at_once(grant, &mut released);
         }
         let rest = grant.deps_and_slots().enumerate().filter(|&(i, _)| released & (1 << i) == 0).map(|(_, d)| d);
         // SAFETY: the grant holds exactly these accesses, the others
-        // released above; each released once. The outcome is recorded.
-        let freed = unsafe { self.release_slots(rest, false, false, None, ticket) };
+        // released above; each released once. The outcome is recorded
+        // above, or here, where nothing was released above (a lone write:
+        // one walk over the grant fewer).
+        let freed = unsafe { self.release_slots(rest, !locked_twice, false, failure.as_ref(), ticket) };
         self.retire_var_blocks(freed);
         // The stint's pace, after the release: its stores then wait for
         // no locked instruction of the release.
